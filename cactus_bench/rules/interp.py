@@ -1,0 +1,16 @@
+"""Interpolation: target h = α·p + (1 − α)·q, then the general identity. α = 0 is SpS, α = 1 accepts all."""
+
+from .base import check_range
+from .registry import register
+from .sps import TargetRule
+
+
+@register("interp")
+class Interp(TargetRule):
+    name = "interp"
+
+    def __init__(self, alpha: float = 0.9):
+        self.alpha = check_range(self.name, "alpha", alpha, 0.0, 1.0)
+
+    def target(self, p, q, n, **raw):
+        return self.alpha * p + (1 - self.alpha) * q

@@ -1,0 +1,123 @@
+"""Independent reference laws, written from methods.md §3 with plain Python floats and loops.
+
+They share no code with `cactus_bench.rules`, so agreement with `Rule.output_law` checks each rule's
+formulas, not just the sampling machinery.
+"""
+
+import math
+
+
+def _norm(w):
+    z = sum(w)
+    return [x / z for x in w]
+
+
+def general_identity_law(p, h):
+    """Accept min(1, h_n/p_n), recover ∝ (h − p)+: the emitted token is distributed as h."""
+    acc = [min(pi, hi) for pi, hi in zip(p, h)]
+    res = [max(hi - pi, 0.0) for pi, hi in zip(p, h)]
+    rej = 1 - sum(acc)
+    return [a + (rej * r / sum(res) if sum(res) > 0 else 0.0) for a, r in zip(acc, res)]
+
+
+def per_draft_law(p, accept, recovery):
+    """P_out = Σ_n p_n [a_n δ_n + (1 − a_n) R_n], with accept(n) and recovery(n) given per drafted n."""
+    V = len(p)
+    out = [0.0] * V
+    for n in range(V):
+        a = accept(n)
+        out[n] += p[n] * a
+        if a < 1:
+            r = _norm(recovery(n))
+            for x in range(V):
+                out[x] += p[n] * (1 - a) * r[x]
+    return out
+
+
+def cactus_h(q, n, gamma):
+    qn = q[n]
+    scale = 1.0 if qn == 1 else (1 - gamma) / (1 - qn)
+    return [gamma if i == n else qi * scale for i, qi in enumerate(q)]
+
+
+def cactus_gamma(qn, delta):
+    return min(qn + math.sqrt(2 * delta * qn * (1 - qn)), 1.0)
+
+
+def binary_kl(g, qn):
+    a = g * math.log(g / qn) if g > 0 else 0.0
+    b = (1 - g) * math.log((1 - g) / (1 - qn)) if g < 1 else 0.0
+    return a + b
+
+
+def cactus_exact_gamma(qn, delta):
+    if qn == 0:
+        return 0.0
+    if -math.log(qn) <= delta:
+        return 1.0
+    lo, hi = qn, 1.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if binary_kl(mid, qn) <= delta:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def cactus_law(p, q, gamma_fn):
+    def h_of(n):
+        return cactus_h(q, n, gamma_fn(q[n]))
+
+    def accept(n):
+        return min(1.0, h_of(n)[n] / p[n]) if p[n] > 0 else 0.0
+
+    def recovery(n):
+        h = h_of(n)
+        res = [max(hi - pi, 0.0) for hi, pi in zip(h, p)]
+        return res if sum(res) > 0 else list(q)
+
+    return per_draft_law(p, accept, recovery)
+
+
+def tas_law(p, q, epsilon=0.09, alpha=None, recovery="argmax"):
+    alpha = math.sqrt(epsilon) if alpha is None else alpha
+    entropy = -sum(qi * math.log(qi + 1e-5) for qi in q)
+    thr = min(epsilon, alpha * math.exp(-entropy))
+    best = max(range(len(q)), key=lambda i: q[i])
+    rec = [1.0 if i == best else 0.0 for i in range(len(q))] if recovery == "argmax" else list(q)
+    return per_draft_law(p, lambda n: 1.0 if q[n] > thr else 0.0, lambda n: rec)
+
+
+def topk_law(p, q, k=5):
+    tau = sorted(q, reverse=True)[min(k, len(q)) - 1]
+    top = [1.0 if (qi >= tau and qi > 0) else 0.0 for qi in q]
+    res = [max(t - pi, 0.0) for t, pi in zip(top, p)]
+    return per_draft_law(p, lambda n: top[n], lambda n: res if sum(res) > 0 else list(q))
+
+
+def interp_law(p, q, alpha):
+    return general_identity_law(p, [alpha * pi + (1 - alpha) * qi for pi, qi in zip(p, q)])
+
+
+def mentored_law(p, q, beta):
+    acc = [min(pi, qi / beta) for pi, qi in zip(p, q)]
+    res = [max(qi - beta * pi, 0.0) for pi, qi in zip(p, q)]
+    rej = 1 - sum(acc)
+    return [a + (rej * r / sum(res) if sum(res) > 0 else rej * qi) for a, r, qi in zip(acc, res, q)]
+
+
+def kl(h, q):
+    return sum(hi * math.log(hi / qi) for hi, qi in zip(h, q) if hi > 0)
+
+
+def speccas_law(p, q, variant, alpha):
+    if variant == "token_v3":
+        mq = max(q)
+        t = [1.0 if qi >= (1 - alpha) * mq else 0.0 for qi in q]
+        kept = sum(pi * ti for pi, ti in zip(p, t))
+        pi_ = [pi * ti + (1 - kept) * qi for pi, ti, qi in zip(p, t, q)]
+    else:
+        tv = 0.5 * sum(abs(pi - qi) for pi, qi in zip(p, q))
+        pi_ = list(p) if max(p) >= max(q) - alpha * tv else list(q)
+    return general_identity_law(p, pi_)
