@@ -99,6 +99,8 @@ class BonusFromP(ResidualFromQ):
     residual = Rule.residual
 
     def verify(self, draft_probs, target_probs, draft_tokens, generator=None, **kw):
+        if draft_probs.shape[1] == 0:  # nothing drafted: no bonus position to get wrong
+            return self.inner.verify(draft_probs, target_probs, draft_tokens, generator, **kw)
         bad = torch.cat([target_probs[:, :-1], draft_probs[:, -1:]], 1)
         return self.inner.verify(draft_probs, bad, draft_tokens, generator, **kw)
 

@@ -1,0 +1,239 @@
+"""The decode loop end to end: lossless SpS, exact KV rollback, greedy equality, budgets, EOS, seeds."""
+
+import copy
+import itertools
+
+import pytest
+import torch
+
+from cactus_bench.decode import autoregressive_generate, speculative_generate
+from cactus_bench.decode import engine as engine_mod
+from cactus_bench.models import tiny_pair
+from cactus_bench.rules import build_rule
+from stats import P_THRESHOLD, g_test_pvalue
+from test_rules_exact import CONFIGS
+from test_rules_kernel import BonusFromP
+
+PROMPT = [1, 2, 3]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny_pair(vocab_size=24, logit_scale=30.0)
+
+
+def fresh_next_logits(model, ids):
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0, -1]
+
+
+def cached_next_logits(state, committed):
+    """Next-token logits from a copy of the loop's cache, fed only what the cache lacks."""
+    st = copy.copy(state)
+    st.cache = copy.deepcopy(state.cache)
+    with torch.no_grad():
+        return st.forward(torch.tensor([committed[state.cached :]]), keep=1)[0, -1]
+
+
+@pytest.mark.parametrize("rule,m", [("sps", 3), ("cactus", 4), ("tas", 2), ("mentored", 1)])
+def test_kv_rollback_equals_a_fresh_forward(pair, rule, m):
+    drafter, verifier = pair
+    seen = {"rounds": 0, "rejections": 0, "full": 0}
+
+    def check(dm, vm, committed):
+        assert vm.cached == len(committed) - 1 and dm.cached <= len(committed) - 1
+        assert vm.cache.get_seq_length() == vm.cached and dm.cache.get_seq_length() == dm.cached
+        for state, model in ((dm, drafter), (vm, verifier)):
+            torch.testing.assert_close(cached_next_logits(state, committed), fresh_next_logits(model, committed),
+                                       atol=1e-4, rtol=1e-4)
+        seen["rounds"] += 1
+
+    out = speculative_generate(drafter, verifier, PROMPT, rule=rule, m=m, max_new_tokens=40,
+                               generator=torch.Generator().manual_seed(0), on_round=check)
+    r = out.rounds
+    seen["rejections"] = sum(a < d for a, d in zip(r.accepted, r.drafted))
+    seen["full"] = sum(a == d > 0 for a, d in zip(r.accepted, r.drafted))
+    assert seen["rounds"] == out.verifier_calls > 3
+    assert seen["rejections"] > 0 and seen["full"] > 0, seen  # both kinds of rollback were exercised
+
+
+# --- lossless: the law of the first L tokens under SpS is the verifier's exact AR law ---------------
+
+V_SMALL, L, M_SMALL, RUNS = 5, 3, 2, 3000
+
+
+@pytest.fixture(scope="module")
+def small_pair():
+    # Large init: sharp attention, so outputs depend on the whole context (a stale cache entry shows).
+    return tiny_pair(vocab_size=V_SMALL, logit_scale=1.0, init_std=0.5)
+
+
+def exact_ar_law(verifier, prompt, length):
+    """P(t_1..t_L | prompt) for every sequence, by enumeration (V^L cells)."""
+    law = []
+    for seq in itertools.product(range(V_SMALL), repeat=length):
+        prob = 1.0
+        for i, t in enumerate(seq):
+            prob *= float(torch.softmax(fresh_next_logits(verifier, prompt + list(seq[:i])).double(), -1)[t])
+        law.append(prob)
+    return torch.tensor(law, dtype=torch.float64)
+
+
+def sequence_samples(drafter, verifier, rule, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    cells, rollbacks = [], 0
+    for _ in range(RUNS):
+        out = speculative_generate(drafter, verifier, PROMPT, rule=rule, m=M_SMALL, max_new_tokens=L, generator=g)
+        assert len(out.tokens) == L
+        cells.append(sum(t * V_SMALL ** (L - 1 - i) for i, t in enumerate(out.tokens)))
+        rollbacks += sum(a < d for a, d in zip(out.rounds.accepted, out.rounds.drafted))
+    return torch.tensor(cells), rollbacks
+
+
+@pytest.fixture(scope="module")
+def ar_law(small_pair):
+    return exact_ar_law(small_pair[1], PROMPT, L)
+
+
+def test_sps_is_lossless_over_several_rounds(small_pair, ar_law):
+    samples, rollbacks = sequence_samples(*small_pair, build_rule("sps"))
+    assert rollbacks > RUNS // 4  # rejections and rollbacks really happened
+    assert g_test_pvalue(samples, ar_law) > P_THRESHOLD
+
+
+def test_lossless_test_rejects_a_loop_without_rollback(small_pair, ar_law, monkeypatch):
+    def forget_to_crop(self, length):  # bookkeeping says rolled back; the KV tensors keep rejected tokens
+        self.cached = min(self.cached, length)
+
+    monkeypatch.setattr(engine_mod._Model, "rollback", forget_to_crop)
+    samples, _ = sequence_samples(*small_pair, build_rule("sps"))
+    assert g_test_pvalue(samples, ar_law) < P_THRESHOLD
+
+
+def test_lossless_test_rejects_a_bonus_from_the_drafter(small_pair, ar_law):
+    samples, _ = sequence_samples(*small_pair, BonusFromP(build_rule("sps")))
+    assert g_test_pvalue(samples, ar_law) < P_THRESHOLD
+
+
+def test_lossy_rule_is_not_lossless(small_pair, ar_law):
+    """The test has power against a rule that is lossy by design."""
+    samples, _ = sequence_samples(*small_pair, build_rule("cactus", delta=1.0))
+    assert g_test_pvalue(samples, ar_law) < P_THRESHOLD
+
+
+# --- greedy, budgets, EOS, context, seeds -------------------------------------------------------------
+
+
+def reference_greedy(verifier, prompt, n):
+    ids = list(prompt)
+    for _ in range(n):
+        ids.append(int(fresh_next_logits(verifier, ids).argmax()))
+    return ids[len(prompt) :]
+
+
+@pytest.mark.parametrize("name,params", CONFIGS, ids=[f"{n}{p}" for n, p in CONFIGS])
+def test_temperature_zero_is_the_verifiers_greedy(pair, name, params):
+    drafter, verifier = pair
+    want = reference_greedy(verifier, PROMPT, 30)
+    out = speculative_generate(drafter, verifier, PROMPT, rule=build_rule(name, **params), m=4, max_new_tokens=30,
+                               temperature=0.0)
+    assert out.tokens == want
+    assert autoregressive_generate(verifier, PROMPT, max_new_tokens=30, temperature=0.0).tokens == want
+
+
+@pytest.mark.parametrize("m,budget", [(1, 17), (8, 3), (50, 7), (5, 1), (3, 10)])
+def test_draft_length_and_budget(pair, m, budget):
+    drafter, verifier = pair
+    out = speculative_generate(drafter, verifier, PROMPT, rule="cactus", m=m, max_new_tokens=budget,
+                               generator=torch.Generator().manual_seed(1))
+    assert len(out.tokens) == budget and out.stop_reason == "length"
+    assert sum(out.rounds.emitted) == budget
+    assert all(d <= min(m, budget - 1) for d in out.rounds.drafted)
+    assert all(0 <= a <= d for a, d in zip(out.rounds.accepted, out.rounds.drafted))
+
+
+def test_eos_inside_an_accepted_block(pair):
+    """Drafter = verifier at T = 0: every draft is accepted, so the EOS lands inside an accepted block."""
+    _, verifier = pair
+    greedy = reference_greedy(verifier, PROMPT, 12)
+    eos = greedy[5]
+    cut = greedy.index(eos)
+    out = speculative_generate(verifier, verifier, PROMPT, rule="sps", m=8, max_new_tokens=12, temperature=0.0,
+                               eos_token_id=[eos, 10_000])
+    assert out.tokens == greedy[: cut + 1] and out.stop_reason == "eos"
+    assert out.rounds.drafted[-1] == 8 and out.rounds.emitted[-1] < 8  # cut inside the block
+    ar = autoregressive_generate(verifier, PROMPT, max_new_tokens=12, temperature=0.0, eos_token_id=eos)
+    assert ar.tokens == out.tokens and ar.stop_reason == "eos"
+
+
+def test_stop_callback(pair):
+    drafter, verifier = pair
+    out = speculative_generate(drafter, verifier, PROMPT, rule="sps", m=4, max_new_tokens=50,
+                               generator=torch.Generator().manual_seed(2), stop=lambda toks: len(toks) >= 6)
+    assert 6 <= len(out.tokens) <= 6 + 4 and out.stop_reason == "stop"
+
+
+def test_prompt_longer_than_the_drafters_context_is_a_clear_error():
+    drafter, verifier = tiny_pair(vocab_size=24, max_positions=16)
+    with pytest.raises(ValueError, match="drafter context is 16 tokens but the prompt alone needs"):
+        speculative_generate(drafter, verifier, list(range(20)), rule="sps", m=2, max_new_tokens=4)
+    with pytest.raises(ValueError, match="prompt \\+ max_new_tokens"):
+        speculative_generate(drafter, verifier, list(range(10)), rule="sps", m=2, max_new_tokens=10)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"m": 0}, "m \\(draft length\\) must be an integer >= 1"),
+    ({"max_new_tokens": 0}, "max_new_tokens must be >= 1"),
+    ({"temperature": -1.0}, "temperature must be >= 0"),
+    ({"top_p": 0.0}, "top_p must be in"),
+    ({"rule": "nope"}, "unknown acceptance rule"),
+])
+def test_bad_arguments(pair, kwargs, match):
+    args = {"rule": "sps", "m": 2, "max_new_tokens": 4} | kwargs
+    with pytest.raises(ValueError, match=match):
+        speculative_generate(*pair, PROMPT, **args)
+
+
+def test_batch_size_above_one_is_a_clear_error(pair):
+    with pytest.raises(ValueError, match="batch size 1"):
+        speculative_generate(*pair, torch.tensor([PROMPT, PROMPT]), rule="sps", m=2, max_new_tokens=4)
+
+
+@pytest.mark.parametrize("rule", ["cactus", "speccas", "mentored"])
+def test_same_seed_same_tokens_and_statistics(pair, rule):
+    def run(seed):
+        out = speculative_generate(*pair, PROMPT, rule=rule, m=3, max_new_tokens=25, temperature=0.6, top_k=20,
+                                   top_p=0.95, generator=torch.Generator().manual_seed(seed))
+        r = out.rounds
+        return out.tokens, r.drafted, r.accepted, r.emitted, r.kl_sum, r.kl_count
+
+    assert run(7) == run(7)
+    assert run(7) != run(8)
+
+
+def test_statistics_are_consistent(pair):
+    out = speculative_generate(*pair, PROMPT, rule="cactus", m=4, max_new_tokens=40,
+                               generator=torch.Generator().manual_seed(3))
+    s = out.summary()
+    assert s["new_tokens"] == len(out.tokens) == sum(out.rounds.emitted)
+    assert s["tau"] == pytest.approx(s["new_tokens"] / s["verifier_calls"])
+    assert s["accepted_length"] == pytest.approx(s["accepted"] / s["verifier_calls"])
+    assert s["acceptance_rate"] == pytest.approx(s["accepted"] / s["drafted"])
+    assert s["realised_kl"] is not None and s["realised_kl"] >= 0
+    assert all(e == a + 1 for a, e in zip(out.rounds.accepted, out.rounds.emitted))  # no EOS: accepted + 1
+    total = s["t_draft"] + s["t_verify"] + s["t_rule"] + s["t_other"]
+    assert total <= s["wall_time"] and total > 0.5 * (s["wall_time"] - s["prefill_time"])
+    ar = autoregressive_generate(pair[1], PROMPT, max_new_tokens=10, generator=torch.Generator().manual_seed(3))
+    assert ar.tau == 1.0 and ar.accepted_length == 0.0 and ar.acceptance_rate is None and ar.realised_kl is None
+
+
+def test_target_free_rule_reports_no_kl(pair):
+    out = speculative_generate(*pair, PROMPT, rule="tas", m=3, max_new_tokens=10,
+                               generator=torch.Generator().manual_seed(0))
+    assert out.realised_kl is None and out.summary()["realised_kl"] is None
+
+
+def test_sps_has_zero_realised_kl(pair):
+    out = speculative_generate(*pair, PROMPT, rule="sps", m=3, max_new_tokens=10,
+                               generator=torch.Generator().manual_seed(0))
+    assert out.realised_kl == 0.0
