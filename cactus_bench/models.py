@@ -175,3 +175,26 @@ def tiny_pair(vocab_size: int = 32, seed: int = 0, logit_scale: float = 40.0, ve
     verifier = tiny_qwen3(vocab_size, verifier_hidden, verifier_layers, seed=seed + 1, logit_scale=logit_scale,
                           max_positions=max_positions, init_std=init_std)
     return drafter, verifier
+
+
+def self_speculative_pair(vocab_size: int, hidden_size: int, verifier_layers: int, *, heads: int = 4,
+                          kv_heads: int = 2, intermediate_size: int | None = None, later_layer_scale: float = 0.05,
+                          logit_scale: float = 20.0, max_positions: int = 4096, seed: int = 0):
+    """A random verifier and a 1-layer drafter that is its first layer (self-speculative style).
+
+    The verifier's later layers write a scaled-down update into the residual stream, so the two agree
+    often, as a trained drafter/verifier pair does; random pairs otherwise accept almost nothing, which
+    makes speed comparisons meaningless. Used by the speed benchmarks.
+    """
+    kw = {"heads": heads, "kv_heads": kv_heads, "intermediate_size": intermediate_size, "max_positions": max_positions}
+    verifier = tiny_qwen3(vocab_size, hidden_size, verifier_layers, seed=seed + 1, logit_scale=logit_scale, **kw)
+    drafter = tiny_qwen3(vocab_size, hidden_size, 1, seed=seed, **kw)
+    with torch.no_grad():
+        for layer in verifier.model.layers[1:]:
+            layer.self_attn.o_proj.weight.mul_(later_layer_scale)
+            layer.mlp.down_proj.weight.mul_(later_layer_scale)
+        drafter.model.embed_tokens.weight.copy_(verifier.model.embed_tokens.weight)
+        drafter.model.layers[0].load_state_dict(verifier.model.layers[0].state_dict())
+        drafter.model.norm.weight.copy_(verifier.model.norm.weight)
+        drafter.lm_head.weight.copy_(verifier.lm_head.weight)
+    return drafter, verifier

@@ -1,0 +1,209 @@
+"""Speed benchmark: our decode loops vs transformers' `generate`, side by side in one run.
+
+For each pair, on the same prompts, m and sampling (interleaved per prompt, so machine noise hits all
+methods alike):
+  * our SpS loop vs `generate(assistant_model=drafter, do_sample=True)` made fair (constant schedule of
+    exactly m draft tokens, confidence threshold 0, explicit generation config);
+  * our AR loop vs plain `generate(do_sample=True)`;
+  * our loop's wall time vs the sum of its bare model forwards (the share of time outside the models).
+Prints a Markdown table and writes it (plus JSON with the environment) next to `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from contextlib import contextmanager
+
+import torch
+from transformers import GenerationConfig
+
+from cactus_bench.decode import autoregressive_generate, engine, speculative_generate
+from cactus_bench.models import self_speculative_pair
+from cactus_bench.utils import environment_info, write_text_atomic
+
+
+PAIRS = {  # (vocab, hidden, verifier layers): a >= 20 ms verifier on a 2-core CPU, and the tiny test size
+    "cpu50m": lambda: self_speculative_pair(4096, 640, 10, heads=10, kv_heads=5, intermediate_size=1920),
+    "tiny": lambda: self_speculative_pair(512, 64, 2, heads=4, kv_heads=2),
+}
+
+
+@contextmanager
+def forward_timer():
+    """Accumulate the time spent inside our loop's model forwards (bare HF forward calls)."""
+    spent = {"t": 0.0, "calls": 0}
+    original = engine._Model.forward
+
+    def timed(self, new, keep):
+        t = time.perf_counter()
+        out = original(self, new, keep)
+        spent["t"] += time.perf_counter() - t
+        spent["calls"] += 1
+        return out
+
+    engine._Model.forward = timed
+    try:
+        yield spent
+    finally:
+        engine._Model.forward = original
+
+
+class ForwardMeter:
+    """Counts a model's forward calls and the time spent inside them (for HF's loops)."""
+
+    def __init__(self, *models):
+        self.n, self.t, self._start = 0, 0.0, 0.0
+        self.counted = models[0]
+        self.handles = [h for m in models for h in (m.register_forward_pre_hook(self.pre),
+                                                      m.register_forward_hook(self.post))]
+
+    def pre(self, module, args):
+        self._start = time.perf_counter()
+
+    def post(self, module, args, out):
+        self.t += time.perf_counter() - self._start
+        self.n += module is self.counted
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+
+
+def hf_generate(verifier, drafter, ids, args, seed):
+    cfg = GenerationConfig(do_sample=args.temperature > 0, temperature=args.temperature or None,
+                           top_k=args.top_k or None, top_p=args.top_p, max_new_tokens=args.new_tokens,
+                           min_new_tokens=args.new_tokens, eos_token_id=None, pad_token_id=0)
+    kw = {}
+    if drafter is not None:
+        # transformers ignores num_assistant_tokens passed to generate(): set it on the drafter's config,
+        # with a constant schedule and no confidence stop, so every round drafts exactly m tokens.
+        drafter.generation_config.num_assistant_tokens = args.m
+        drafter.generation_config.num_assistant_tokens_schedule = "constant"
+        drafter.generation_config.assistant_confidence_threshold = 0.0
+        kw["assistant_model"] = drafter
+    torch.manual_seed(seed)
+    meter = ForwardMeter(verifier, *([drafter] if drafter is not None else []))
+    t = time.perf_counter()
+    with torch.inference_mode():
+        out = verifier.generate(torch.tensor([ids]), generation_config=cfg, **kw)
+    wall = time.perf_counter() - t
+    meter.remove()
+    new = out.shape[1] - len(ids)
+    # the verifier's first call is the prefill
+    return {"tokens": new, "wall": wall, "tau": new / max(meter.n - 1, 1), "fwd_share": meter.t / wall}
+
+
+def run_pair(name, args):
+    drafter, verifier = PAIRS[name]()
+    vocab = verifier.config.vocab_size
+    g = torch.Generator().manual_seed(args.seed)
+    prompts = [torch.randint(0, vocab, (args.prompt_len,), generator=g).tolist() for _ in range(args.prompts)]
+    sampling = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
+    rows = {k: [] for k in ("ours_sps", "hf_assisted", "ours_ar", "hf_generate")}
+
+    def ours_sps(ids, seed):
+        with forward_timer() as spent:
+            out = speculative_generate(drafter, verifier, ids, rule="sps", m=args.m, max_new_tokens=args.new_tokens,
+                                       generator=torch.Generator().manual_seed(seed), **sampling)
+        s = out.summary()
+        return {"tokens": s["new_tokens"], "wall": out.wall_time, "tau": s["tau"], "al": s["accepted_length"],
+                "fwd_share": spent["t"] / out.wall_time}
+
+    def ours_ar(ids, seed):
+        out = autoregressive_generate(verifier, ids, max_new_tokens=args.new_tokens,
+                                      generator=torch.Generator().manual_seed(seed), **sampling)
+        return {"tokens": len(out.tokens), "wall": out.wall_time, "tau": 1.0}
+
+    methods = {
+        "ours_sps": ours_sps,
+        "hf_assisted": lambda ids, seed: hf_generate(verifier, drafter, ids, args, seed),
+        "ours_ar": ours_ar,
+        "hf_generate": lambda ids, seed: hf_generate(verifier, None, ids, args, seed),
+    }
+    for fn in methods.values():  # warm-up: allocator, kernels, HF's lazy setup
+        fn(prompts[0], 0)
+    for i, ids in enumerate(prompts):
+        for key, fn in methods.items():
+            rows[key].append(fn(ids, args.seed + i))
+
+    # the bare cost of one verifier forward over m+1 tokens at this context (for the record)
+    with torch.inference_mode():
+        x = torch.tensor([prompts[0]])
+        t = time.perf_counter()
+        for _ in range(3):
+            verifier(x[:, : args.m + 1])
+        verify_ms = (time.perf_counter() - t) / 3 * 1e3
+
+    def agg(key):
+        r = rows[key]
+        toks, wall = sum(x["tokens"] for x in r), sum(x["wall"] for x in r)
+        out = {"tokens_per_s": toks / wall, "tau": statistics.mean(x["tau"] for x in r)}
+        for extra in ("al", "fwd_share"):
+            if extra in r[0]:
+                out[extra] = statistics.mean(x[extra] for x in r)
+        return out
+
+    res = {k: agg(k) for k in rows}
+    return {
+        "pair": name, "verifier_params_M": sum(p.numel() for p in verifier.parameters()) / 1e6,
+        "drafter_params_M": sum(p.numel() for p in drafter.parameters()) / 1e6, "verify_forward_ms": verify_ms,
+        "methods": res,
+        "sps_vs_hf_assisted": res["ours_sps"]["tokens_per_s"] / res["hf_assisted"]["tokens_per_s"],
+        "ar_vs_hf_generate": res["ours_ar"]["tokens_per_s"] / res["hf_generate"]["tokens_per_s"],
+        "sps_vs_ours_ar": res["ours_sps"]["tokens_per_s"] / res["ours_ar"]["tokens_per_s"],
+        "outside_forward_share": 1 - res["ours_sps"]["fwd_share"],
+        "hf_assisted_outside_forward_share": 1 - res["hf_assisted"]["fwd_share"],
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pairs", nargs="+", default=list(PAIRS), choices=list(PAIRS))
+    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--prompt-len", type=int, default=128)
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--m", type=int, default=5)
+    ap.add_argument("--temperature", type=float, default=0.6)
+    ap.add_argument("--top-k", type=int, default=20)
+    ap.add_argument("--top-p", type=float, default=0.95)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    ap.add_argument("--out", default="results/bench/speed")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    results = [run_pair(p, args) for p in args.pairs]
+    lines = [
+        f"# Decode speed, ours vs transformers (m={args.m}, T={args.temperature}, top-k={args.top_k}, "
+        f"top-p={args.top_p}, {args.prompts} prompts x {args.new_tokens} new tokens, prompt {args.prompt_len})",
+        "",
+        "| pair | verify fwd ms | ours SpS tok/s | HF assisted tok/s | **SpS ratio** | τ ours / HF | AL ours | "
+        "ours AR tok/s | HF generate tok/s | **AR ratio** | SpS / AR | outside forwards ours / HF assisted |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        m = r["methods"]
+        lines.append(
+            f"| {r['pair']} ({r['verifier_params_M']:.1f}M / {r['drafter_params_M']:.1f}M) | "
+            f"{r['verify_forward_ms']:.1f} | {m['ours_sps']['tokens_per_s']:.1f} | "
+            f"{m['hf_assisted']['tokens_per_s']:.1f} | **{r['sps_vs_hf_assisted']:.2f}x** | "
+            f"{m['ours_sps']['tau']:.2f} / {m['hf_assisted']['tau']:.2f} | {m['ours_sps']['al']:.2f} | "
+            f"{m['ours_ar']['tokens_per_s']:.1f} | {m['hf_generate']['tokens_per_s']:.1f} | "
+            f"**{r['ar_vs_hf_generate']:.2f}x** | {r['sps_vs_ours_ar']:.2f}x | "
+            f"{100 * r['outside_forward_share']:.1f}% / {100 * r['hf_assisted_outside_forward_share']:.1f}% |"
+        )
+    env = environment_info()
+    lines += ["", f"torch {torch.__version__}, {torch.get_num_threads()} threads, load avg "
+              f"{env['hardware'].get('load_avg')}; command: `python scripts/bench_speed.py "
+              f"--m {args.m} --prompts {args.prompts} --new-tokens {args.new_tokens}`"]
+    table = "\n".join(lines)
+    print(table)
+    write_text_atomic(args.out + ".md", table + "\n")
+    write_text_atomic(args.out + ".json", json.dumps({"args": vars(args), "env": env, "results": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
