@@ -1,0 +1,142 @@
+"""The embedded offline default: the arith task, a pair trained in seconds, the cache, pair loading."""
+
+import copy
+import json
+import re
+
+import pytest
+import torch
+
+from cactus_bench.decode import speculative_generate
+from cactus_bench.embedded import arith, build as build_mod
+from cactus_bench.embedded.build import SPEC, cache_problem, ensure_pair
+from cactus_bench.embedded.tokenizer import chat_text, train_tokenizer
+from cactus_bench.models import load_pair
+
+# A recipe small enough to train in seconds: same code path as the real build.
+SMALL = copy.deepcopy(SPEC)
+SMALL["verifier"].update(hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64, steps=15, batch=8)
+SMALL["drafter"].update(hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32, steps=10, batch=8)
+SMALL["eval"].update(items=8, accept_prompts=2, max_new_tokens=12)
+
+
+def test_arith_is_deterministic_and_disjoint():
+    a, b = arith.generate("test", 50, seed=0), arith.generate("test", 50, seed=0)
+    assert a == b
+    assert arith.generate("test", 50, seed=1) != a
+    train_q = {it.question for it in arith.generate("train", arith.TRAIN_SIZE, seed=0)}
+    assert not train_q & {it.question for it in a}
+
+
+def test_arith_worked_solutions_are_right():
+    for it in arith.generate("train", 300, seed=3):
+        steps = re.findall(r"(\d+) ([+-]) (\d+) = (\d+)\.", it.answer)
+        assert 2 <= len(steps) <= 3
+        for x, op, y, z in steps:
+            assert int(z) == (int(x) + int(y) if op == "+" else int(x) - int(y)) >= 0
+        assert steps[-1][3] == it.gold and it.question.split(" has ")[1].startswith(steps[0][0] + " ")
+        for x, op, y, z in steps:  # every operand is stated in the question
+            assert y in it.question
+
+
+def test_strict_match_scores_gold_and_rejects_shifted_answers():
+    items = arith.generate("test", 100)
+    assert all(arith.strict_match(it.answer, it.gold) for it in items)
+    assert not any(arith.strict_match(it.answer.replace(f"#### {it.gold}", f"#### {int(it.gold) + 1}"), it.gold)
+                   for it in items)
+    assert arith.extract_strict("no final line") is None
+    assert arith.extract_strict("5 + 2 = 7.\nThe answer is 7") is None  # strict: needs the #### line
+
+
+def test_strict_match_is_lm_evals_gsm8k_strict_filter():
+    from lm_eval.filters.extraction import RegexFilter
+
+    flt = RegexFilter(regex_pattern=r"#### (\-?[0-9\.\,]+)", group_select=0, fallback="[invalid]")
+    responses = [it.answer for it in arith.generate("test", 20)] + ["#### -3", "x #### 1,000.", "nothing", "####5"]
+    ours = [arith.extract_strict(r) or "[invalid]" for r in responses]
+    theirs = [r[0] for r in flt.apply([[r] for r in responses], None)]
+    assert ours == theirs
+
+
+def test_tokenizer_round_trips_and_splits_digits():
+    tok = train_tokenizer(chat_text(it.question, it.answer) for it in arith.generate("train", 500))
+    text = chat_text("Mia has 27 pens, then buys 15. How many pens now?", "27 + 15 = 42.\n#### 42")
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert tok.decode(ids) == text
+    digits = [tok.convert_ids_to_tokens(i) for i in tok("1234", add_special_tokens=False)["input_ids"]]
+    assert digits == ["1", "2", "3", "4"]
+    templ = tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False)
+    assert templ == chat_text("hi")
+
+
+@pytest.fixture(scope="module")
+def small_cache(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cache")
+    logs = []
+    folder = ensure_pair(root, spec=SMALL, log=logs.append)
+    return root, folder, logs
+
+
+def test_small_pair_trains_and_loads_through_the_normal_path(small_cache):
+    root, folder, logs = small_cache
+    assert cache_problem(folder) is None
+    quality = json.loads((folder / "quality.json").read_text())
+    assert {"verifier_accuracy", "drafter_accuracy", "sps_acceptance"} <= set(quality)
+    pair = load_pair(str(folder / "drafter"), str(folder / "verifier"), device="cpu")
+    prompt = pair.tokenizer.apply_chat_template([{"role": "user", "content": arith.generate("test", 1)[0].question}],
+                                                add_generation_prompt=True, tokenize=True, return_dict=False)
+    out = speculative_generate(pair.drafter, pair.verifier, prompt, rule="cactus", m=3, max_new_tokens=8,
+                               generator=torch.Generator().manual_seed(0), eos_token_id=pair.eos_token_id)
+    assert 1 <= len(out.tokens) <= 8
+
+
+def test_build_is_deterministic(small_cache, tmp_path):
+    _, folder, _ = small_cache
+    other = ensure_pair(tmp_path, spec=SMALL, log=lambda s: None)
+    a = (folder / "verifier" / "model.safetensors").read_bytes()
+    assert a == (other / "verifier" / "model.safetensors").read_bytes()
+
+
+def test_cached_pair_is_reused_not_rebuilt(small_cache, monkeypatch):
+    root, folder, _ = small_cache
+    monkeypatch.setattr(build_mod, "build", lambda *a, **k: pytest.fail("rebuilt a valid cache"))
+    assert ensure_pair(root, spec=SMALL, log=lambda s: None) == folder
+
+
+@pytest.mark.parametrize("damage,expected", [
+    (lambda f: (f / "verifier" / "model.safetensors").write_bytes(b"truncated"), "corrupt"),
+    (lambda f: (f / "drafter" / "config.json").unlink(), "incomplete"),
+    (lambda f: (f / "manifest.json").unlink(), "incomplete"),
+])
+def test_corrupt_or_partial_cache_is_rebuilt_with_a_message(tmp_path, damage, expected):
+    folder = ensure_pair(tmp_path, spec=SMALL, log=lambda s: None)
+    damage(folder)
+    assert expected in cache_problem(folder)
+    logs = []
+    assert ensure_pair(tmp_path, spec=SMALL, log=logs.append) == folder
+    assert any(expected in line and "rebuilding" in line for line in logs)
+    assert cache_problem(folder) is None
+
+
+# --- pair loading errors ---------------------------------------------------------------------------------
+
+
+def test_tokenizer_mismatch_names_both_models(small_cache, tmp_path):
+    _, folder, _ = small_cache
+    other = tmp_path / "other"
+    tok = train_tokenizer((f"word{i} {i * 7}" for i in range(300)), vocab_size=300)
+    pair = load_pair(str(folder / "drafter"), str(folder / "verifier"), device="cpu")
+    pair.drafter.save_pretrained(other)
+    tok.save_pretrained(other)
+    with pytest.raises(ValueError, match=r"drafter '.*other' and verifier '.*verifier' tokenize differently"):
+        load_pair(str(other), str(folder / "verifier"), device="cpu")
+
+
+def test_missing_local_folder_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_pair(str(tmp_path / "nope"), str(tmp_path / "nope2"))
+
+
+def test_unreachable_hub_says_how_to_use_a_local_folder():
+    with pytest.raises(OSError, match="point the config at a local folder"):
+        load_pair("Qwen/Qwen3-0.6B-not-cached", "Qwen/Qwen3-8B-not-cached")
