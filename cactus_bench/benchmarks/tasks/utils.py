@@ -5,9 +5,8 @@ The metric code is lm-eval's own; only data loading is ours (so tasks read ../sh
 """
 
 import json
-
-from lm_eval.tasks.ifeval.utils import agg_inst_level_acc  # noqa: F401  (referenced by the IFEval YAML)
-from lm_eval.tasks.ifeval.utils import process_results as _ifeval_process_results
+import os
+from pathlib import Path
 
 from cactus_bench.benchmarks import data
 
@@ -36,6 +35,22 @@ def arith(arith_seed=0, **_):
     return data.load_arith(arith_seed)
 
 
+def _ifeval_utils():
+    """lm-eval's IFEval checkers, imported on first use: the import tries to download nltk's punkt_tab
+    unless NLTK_DATA has it, so point NLTK_DATA at <data root>/nltk_data when the caller has not."""
+    if "NLTK_DATA" not in os.environ and os.environ.get("CACTUS_BENCH_DATA"):
+        candidate = Path(os.environ["CACTUS_BENCH_DATA"]) / "nltk_data"
+        if candidate.is_dir():
+            os.environ["NLTK_DATA"] = str(candidate)
+    from lm_eval.tasks.ifeval import utils
+
+    return utils
+
+
 def ifeval_process_results(doc, results):
     """lm-eval's IFEval scoring, on the kwargs stored as JSON text by our loader."""
-    return _ifeval_process_results({**doc, "kwargs": json.loads(doc["kwargs"])}, results)
+    return _ifeval_utils().process_results({**doc, "kwargs": json.loads(doc["kwargs"])}, results)
+
+
+def agg_inst_level_acc(items):
+    return _ifeval_utils().agg_inst_level_acc(items)

@@ -1,0 +1,29 @@
+"""`python -m cactus_bench [overrides]` — one run (or a Hydra multirun with -m). See conf/config.yaml."""
+
+import logging
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from .app.config import ConfigError
+from .app.run import run
+from .benchmarks.data import DataError
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    logging.getLogger("cactus_bench").setLevel(logging.INFO)
+    try:
+        summary = run(cfg)
+    except (ConfigError, DataError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    keys = ("samples", "score", "score_stderr", "accepted_length", "tau", "acceptance_rate", "realised_kl",
+            "tokens_per_s")
+    print("  ".join(f"{k}={summary[k]:.4g}" if isinstance(summary.get(k), float) else f"{k}={summary.get(k)}"
+                    for k in keys))
+
+
+if __name__ == "__main__":
+    main()

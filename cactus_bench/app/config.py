@@ -1,0 +1,150 @@
+"""The run configuration: a structured schema (types checked by Hydra at composition) and a semantic
+validation that runs before anything expensive, naming the bad key and its allowed values."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from ..benchmarks.data import BENCHMARKS, GPQA_SUBSETS
+from ..benchmarks.lm import Method
+from ..rules import RULES
+
+
+@dataclass
+class PairConfig:
+    name: str = MISSING
+    drafter: str = MISSING
+    verifier: str = MISSING
+    dtype: str = "auto"
+    device: str = "auto"
+    verifier_device_map: Any = None
+    revision: str | None = None
+
+
+@dataclass
+class MethodConfig:
+    name: str = MISSING
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DataConfig:
+    name: str = MISSING
+    root: str | None = None
+    subset: str | None = None
+    warmup: int = 3
+
+
+@dataclass
+class SamplingConfig:
+    temperature: float = 0.6
+    top_k: int = 20
+    top_p: float = 0.95
+
+
+@dataclass
+class TrackingConfig:
+    backend: str = "none"
+    project: str = "cactus-bench"
+    entity: str | None = None
+    mode: str | None = None
+    group: str | None = None
+
+
+@dataclass
+class EngineConfig:
+    compile: bool = False
+
+
+@dataclass
+class RunConfig:
+    pair: PairConfig = field(default_factory=PairConfig)
+    method: MethodConfig = field(default_factory=MethodConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    delta: float = 1.0
+    m: int = 10
+    seed: int = 0
+    limit: int | None = None
+    max_gen_toks: int = 4096
+    experiment_name: str = "default"
+    results_dir: str = "results/runs"
+    progress: bool = True
+
+
+ConfigStore.instance().store(name="schema", node=RunConfig)
+
+METHODS = (*sorted(RULES), "ar")
+TRACKERS = ("none", "wandb")
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def validate(cfg: DictConfig) -> Method:
+    """Check every value a run depends on; return the built method (its rule validated too)."""
+    def bad(key, value, allowed):
+        raise ConfigError(f"{key}={value!r} is not valid: {allowed}")
+
+    if cfg.method.name not in METHODS:
+        bad("method", cfg.method.name, f"choose one of {', '.join(METHODS)}")
+    if cfg.data.name not in BENCHMARKS:
+        bad("data", cfg.data.name, f"choose one of {', '.join(BENCHMARKS)}")
+    if cfg.data.name == "gpqa" and (cfg.data.subset or "diamond") not in GPQA_SUBSETS:
+        bad("data.subset", cfg.data.subset, f"choose one of {', '.join(GPQA_SUBSETS)}")
+    if cfg.delta < 0:
+        bad("delta", cfg.delta, "the divergence budget must be >= 0")
+    if cfg.m < 1:
+        bad("m", cfg.m, "the draft length must be an integer >= 1")
+    if cfg.limit is not None and cfg.limit < 1:
+        bad("limit", cfg.limit, "a positive number of items, or null for all")
+    if cfg.max_gen_toks < 1:
+        bad("max_gen_toks", cfg.max_gen_toks, "must be >= 1")
+    s = cfg.sampling
+    if s.temperature < 0:
+        bad("sampling.temperature", s.temperature, "must be >= 0 (0 = greedy)")
+    if s.top_k < 0:
+        bad("sampling.top_k", s.top_k, "an integer >= 0 (0 = off)")
+    if not 0 < s.top_p <= 1:
+        bad("sampling.top_p", s.top_p, "must be in (0, 1]")
+    if cfg.tracking.backend not in TRACKERS:
+        bad("tracking.backend", cfg.tracking.backend, f"choose one of {', '.join(TRACKERS)}")
+    params = OmegaConf.to_container(cfg.method.params, resolve=True) or {}
+    try:
+        return Method(cfg.method.name, params, cfg.m)
+    except ValueError as e:
+        raise ConfigError(f"method.params: {e}") from None
+
+
+def method_tag(cfg: DictConfig) -> str:
+    """A readable name for the method and its parameters, e.g. `cactus-delta0.75`."""
+    params = OmegaConf.to_container(cfg.method.params, resolve=True) or {}
+    parts = [cfg.method.name] + [f"{k}{v}" for k, v in sorted(params.items()) if v is not None]
+    return "-".join(str(p).replace("/", "_") for p in parts)
+
+
+def identity(cfg: DictConfig) -> dict:
+    """What makes two runs the same run (so a re-run resumes): everything that changes a sample's output.
+    `limit` is not part of it: a larger limit continues the same run."""
+    return {
+        "pair": {k: cfg.pair[k] for k in ("drafter", "verifier", "dtype", "revision")},
+        "method": cfg.method.name,
+        "params": OmegaConf.to_container(cfg.method.params, resolve=True),
+        "data": cfg.data.name, "subset": cfg.data.get("subset"),
+        "m": cfg.m if cfg.method.name != "ar" else None,
+        "seed": cfg.seed, "sampling": OmegaConf.to_container(cfg.sampling, resolve=True),
+        "max_gen_toks": cfg.max_gen_toks, "compile": cfg.engine.compile,
+    }
+
+
+def run_key(cfg: DictConfig) -> str:
+    return hashlib.sha256(json.dumps(identity(cfg), sort_keys=True, default=str).encode()).hexdigest()[:10]

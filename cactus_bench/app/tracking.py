@@ -1,0 +1,62 @@
+"""Experiment tracking: W&B when `tracking=wandb` (works offline with WANDB_MODE=offline), else nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+# Stable summary names, so dashboards compare methods across runs.
+SUMMARY_KEYS = ("score", "score_stderr", "accepted_length", "tau", "acceptance_rate", "realised_kl",
+                "rejected_per_token", "tokens_per_s", "wall_time", "samples")
+
+
+class NullTracker:
+    def log_sample(self, step: int, record: dict) -> None:
+        pass
+
+    def log_figures(self, figures: dict[str, Path]) -> None:
+        pass
+
+    def finish(self, summary: dict | None, samples: list[dict]) -> None:
+        pass
+
+
+class WandbTracker(NullTracker):
+    def __init__(self, cfg: DictConfig, folder: Path):
+        import wandb
+
+        self.wandb = wandb
+        t = cfg.tracking
+        self.run = wandb.init(project=t.project, entity=t.entity, mode=t.mode, group=t.group or cfg.experiment_name,
+                              name=folder.name, job_type=cfg.data.name, dir=str(folder),
+                              config=OmegaConf.to_container(cfg, resolve=True), reinit="finish_previous")
+
+    def log_sample(self, step: int, record: dict) -> None:
+        s = record["stats"]
+        row = {"sample/new_tokens": s["new_tokens"], "sample/wall_time": s["wall_time"]}
+        if s.get("verifier_calls"):
+            row["sample/accepted_length"] = s["accepted"] / s["verifier_calls"]
+        self.run.log(row, step=step)
+
+    def log_figures(self, figures: dict[str, Path]) -> None:
+        self.run.log({f"figures/{name}": self.wandb.Image(str(path)) for name, path in figures.items()})
+
+    def finish(self, summary: dict | None, samples: list[dict]) -> None:
+        if summary is not None:
+            for key in SUMMARY_KEYS:
+                if summary.get(key) is not None:
+                    self.run.summary[key] = summary[key]
+            columns = ["id", "new_tokens", "verifier_calls", "accepted", "wall_time", "score"]
+            table = self.wandb.Table(columns=columns)
+            for rec in samples:
+                st = rec["stats"]
+                score = next(iter(rec.get("scores", {}).values()), None)
+                table.add_data(str(rec["id"]), st["new_tokens"], st["verifier_calls"], st["accepted"],
+                               st["wall_time"], score if isinstance(score, (int, float)) else None)
+            self.run.log({"samples": table})
+        self.run.finish(exit_code=0 if summary is not None else 1)
+
+
+def make_tracker(cfg: DictConfig, folder: Path):
+    return WandbTracker(cfg, folder) if cfg.tracking.backend == "wandb" else NullTracker()

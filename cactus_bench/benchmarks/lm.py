@@ -1,0 +1,123 @@
+"""Our decode engine as an lm-eval model: `generate_until` runs `speculative_generate` (or, for `ar`,
+`autoregressive_generate`) per request, with the run's sampling, the request's stop strings and Qwen3's
+`<think>…</think>` removed before scoring. Decode statistics are kept per request."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import torch
+from lm_eval.api.model import LM
+from lm_eval.api.registry import register_model
+
+from ..decode import GenerationOutput, autoregressive_generate, speculative_generate
+from ..models import Pair
+from ..rules import build_rule
+
+THINK_END = "</think>"
+
+
+def strip_thinking(text: str) -> str:
+    """Drop a reasoning block: everything up to the last `</think>`; an unclosed `<think>` (the budget
+    ran out while thinking) leaves no answer."""
+    if THINK_END in text:
+        return text.rsplit(THINK_END, 1)[1].lstrip()
+    if "<think>" in text:
+        return ""
+    return text
+
+
+def cut_at_stop(text: str, until: list[str]) -> tuple[str, bool]:
+    """lm-eval's convention: the text before the first stop string."""
+    cut = min((text.find(s) for s in until if s and s in text), default=-1)
+    return (text[:cut], True) if cut >= 0 else (text, False)
+
+
+def stable_seed(*parts) -> int:
+    """A seed from the run seed and a sample key, stable across processes (Python's hash is salted)."""
+    return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:8], "little") & (2**63 - 1)
+
+
+@dataclass
+class Method:
+    """An acceptance rule by name with its parameters, or `ar` (the verifier alone)."""
+
+    name: str
+    params: dict = field(default_factory=dict)
+    m: int = 10
+
+    def __post_init__(self):
+        if self.name != "ar":
+            self.rule = build_rule(self.name, **self.params)  # validates name and parameters up front
+
+
+@dataclass
+class Generation:
+    text: str  # what is scored (stop strings cut, thinking removed)
+    raw_text: str  # everything the model emitted
+    output: GenerationOutput
+
+
+class CactusLM(LM):
+    """lm-eval model over a loaded pair. `sampling` holds temperature/top_k/top_p (the task's own
+    greedy settings are ignored: the paper samples); `max_gen_toks` caps every request."""
+
+    def __init__(self, pair: Pair, method: Method, sampling: dict, max_gen_toks: int, seed: int = 0,
+                 strip_think: bool = True):
+        super().__init__()
+        self.pair, self.method, self.sampling = pair, method, dict(sampling)
+        self.max_gen_toks, self.seed, self.strip_think = max_gen_toks, seed, strip_think
+        self.records: list[dict] = []  # per request: decode statistics, for lm-eval-driven runs
+
+    # --- chat template (lm-eval builds prompts with it) ---
+    @property
+    def tokenizer_name(self) -> str:
+        return self.pair.verifier_id.replace("/", "__")
+
+    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        return self.pair.tokenizer.apply_chat_template(chat_history, tokenize=False,
+                                                       add_generation_prompt=add_generation_prompt)
+
+    # --- generation ---
+    def generate(self, context: str, until: list[str], key) -> Generation:
+        tok = self.pair.tokenizer
+        ids = tok(context, add_special_tokens=False)["input_ids"]
+        device = self.pair.verifier.get_input_embeddings().weight.device
+        generator = torch.Generator(device=device).manual_seed(stable_seed(self.seed, key))
+        stops = [s for s in until if s]
+        window = max((len(s) for s in stops), default=0) + 16
+
+        def stop(tokens: list[int]) -> bool:  # only the tail can newly contain a stop string
+            return any(s in tok.decode(tokens[-window:]) for s in stops)
+
+        common = {"max_new_tokens": self.max_gen_toks, "generator": generator,
+                  "eos_token_id": self.pair.eos_token_id, "stop": stop if stops else None, **self.sampling}
+        if self.method.name == "ar":
+            out = autoregressive_generate(self.pair.verifier, ids, **common)
+        else:
+            out = speculative_generate(self.pair.drafter, self.pair.verifier, ids, rule=self.method.rule,
+                                       m=self.method.m, **common)
+        raw = tok.decode(out.tokens, skip_special_tokens=True)
+        text, _ = cut_at_stop(raw, stops)
+        if self.strip_think:
+            text = strip_thinking(text)
+        return Generation(text, raw, out)
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        texts = []
+        for req in requests:
+            context, gen_kwargs = req.args
+            gen = self.generate(context, list(gen_kwargs.get("until", [])), (req.task_name, req.doc_id))
+            self.records.append({"task": req.task_name, "doc_id": req.doc_id, **gen.output.summary()})
+            texts.append(gen.text)
+        return texts
+
+    def loglikelihood(self, requests, disable_tqdm: bool = False):
+        raise NotImplementedError("cactus-bench evaluates generation tasks only (generate_until)")
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
+        raise NotImplementedError("cactus-bench evaluates generation tasks only (generate_until)")
+
+
+register_model("cactus")(CactusLM)
