@@ -89,7 +89,7 @@ def load_ifeval(root: str | os.PathLike | None = None) -> datasets.DatasetDict:
         rows = list(_hub("google/IFEval")["train"])
     return datasets.DatasetDict({"train": datasets.Dataset.from_list([
         {"key": r["key"], "prompt": r["prompt"], "instruction_id_list": r["instruction_id_list"],
-         "kwargs": json.dumps(normalise_ifeval_kwargs(r["kwargs"])), "id": r["key"]} for r in rows
+         "kwargs": json.dumps(normalise_ifeval_kwargs(r["kwargs"]), sort_keys=True), "id": r["key"]} for r in rows
     ])})
 
 

@@ -7,7 +7,6 @@ responses re-scored later on any machine.
 from __future__ import annotations
 
 import logging
-import math
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -117,7 +116,7 @@ class TaskScorer:
             agg = aggregation.get(metric, mean)
             out[key] = float(agg(values))
             stderr = stderr_for_metric(metric=agg, bootstrap_iters=BOOTSTRAP_ITERS)
-            out[key.replace(",", "_stderr,", 1)] = float(stderr(values)) if stderr and len(values) > 1 else math.nan
+            out[key.replace(",", "_stderr,", 1)] = float(stderr(values)) if stderr and len(values) > 1 else None
         return out
 
     @property

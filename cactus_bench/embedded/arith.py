@@ -19,6 +19,14 @@ ITEMS = ["apples", "books", "coins", "cards", "pens", "shells", "stamps", "marbl
 ADD = ["buys {n}", "finds {n}", "gets {n}", "wins {n}"]
 SUB = ["gives away {n}", "loses {n}", "sells {n}", "uses {n}"]
 
+# Equivalent phrasings, chosen at random per step: like a real model's many valid ways to say the same
+# thing, they give the verifier genuine uncertainty (q_n well below 1) where acceptance rules differ.
+STEP_FORMS = {
+    "+": ["{a} + {b} = {c}.", "{b} + {a} = {c}.", "{a} plus {b} is {c}."],
+    "-": ["{a} - {b} = {c}.", "{a} minus {b} is {c}.", "Taking away {b} leaves {c}."],
+}
+FINAL_FORMS = ["", " So the answer is {v}.", " {name} has {v} {item} now."]
+
 # The GSM8K strict-match rule of lm-eval's gsm8k task (filter "strict-match": regex on the `####` line).
 STRICT_MATCH = re.compile(r"#### (\-?[0-9\.\,]+)")
 
@@ -35,21 +43,18 @@ class Item:
 
 def make_item(rng: random.Random) -> Item:
     name, item = rng.choice(NAMES), rng.choice(ITEMS)
-    value = rng.randint(2, 40)
+    start = value = rng.randint(2, 40)
     clauses, steps = [], []
     for _ in range(rng.randint(2, 3)):
         n = rng.randint(1, 19)
-        if rng.random() < 0.5 or n > value:
-            clauses.append(rng.choice(ADD).format(n=n))
-            steps.append(f"{value} + {n} = {value + n}.")
-            value += n
-        else:
-            clauses.append(rng.choice(SUB).format(n=n))
-            steps.append(f"{value} - {n} = {value - n}.")
-            value -= n
-    start = steps[0].split(" ")[0]
+        op = "+" if rng.random() < 0.5 or n > value else "-"
+        clauses.append(rng.choice(ADD if op == "+" else SUB).format(n=n))
+        new = value + n if op == "+" else value - n
+        steps.append(rng.choice(STEP_FORMS[op]).format(a=value, b=n, c=new))
+        value = new
     question = f"{name} has {start} {item}, then {', then '.join(clauses)}. How many {item} now?"
-    return Item(question, " ".join(steps) + f"\n#### {value}")
+    final = rng.choice(FINAL_FORMS).format(v=value, name=name, item=item)
+    return Item(question, " ".join(steps) + final + f"\n#### {value}")
 
 
 def generate(split: str, n: int, seed: int = 0) -> list[Item]:

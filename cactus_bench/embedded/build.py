@@ -31,6 +31,7 @@ SPEC = {
     "version": 1,
     "seed": 0,
     "tokenizer_vocab": 384,
+    "max_positions": 8192,  # trained on short items, but must accept long prompts (GSM8K 5-shot) without error
     "verifier": {"hidden": 128, "layers": 4, "heads": 4, "kv_heads": 2, "intermediate": 384, "steps": 800,
                  "batch": 32, "lr": 3e-3},
     "drafter": {"hidden": 96, "layers": 2, "heads": 4, "kv_heads": 2, "intermediate": 256, "steps": 600,
@@ -122,7 +123,8 @@ def build(out: Path, spec: dict = SPEC, log: Callable[[str], None] = print) -> d
     models = {}
     for role in ("verifier", "drafter"):
         s = spec[role]
-        cfg = model_config(len(tok), s["hidden"], s["layers"], s["heads"], s["kv_heads"], s["intermediate"], eos, pad)
+        cfg = model_config(len(tok), s["hidden"], s["layers"], s["heads"], s["kv_heads"], s["intermediate"], eos, pad,
+                           spec["max_positions"])
         log(f"training the {role} ({s['layers']} layers x {s['hidden']} wide)")
         models[role] = train(cfg, examples, steps=s["steps"], batch_size=s["batch"], lr=s["lr"],
                              seed=seed + (role == "drafter"), log=log)
