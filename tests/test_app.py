@@ -1,0 +1,235 @@
+"""The Hydra app: config composition, validation, the results store (resume after a crash), reports."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+from omegaconf.errors import ValidationError
+
+from cactus_bench.app import run as run_mod
+from cactus_bench.app.config import ConfigError, validate
+from cactus_bench.app.store import RunStore, run_dir
+from cactus_bench.report import figures, load_runs, load_spec, render_table
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+
+
+def cfg_of(*overrides, results=None, pair_dir=None):
+    extra = []
+    if pair_dir is not None:
+        extra = [f"pair.drafter={pair_dir / 'drafter'}", f"pair.verifier={pair_dir / 'verifier'}"]
+    if results is not None:
+        extra.append(f"results_dir={results}")
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("config", overrides=[*overrides, *extra])
+
+
+GROUPS = {g: sorted(p.stem for p in (CONF / g).glob("*.yaml"))
+          for g in ("pair", "method", "data", "sampling", "tracking", "engine", "experiment")}
+
+
+@pytest.mark.parametrize("group,option", [(g, o) for g, opts in GROUPS.items() for o in opts])
+def test_every_config_option_composes_and_validates(group, option):
+    cfg = cfg_of(f"{group}={option}")
+    validate(cfg)
+
+
+def test_defaults_follow_the_paper():
+    cfg = cfg_of()
+    assert (cfg.m, cfg.delta, cfg.pair.drafter, cfg.pair.verifier) == (10, 1.0, "Qwen/Qwen3-0.6B", "Qwen/Qwen3-8B")
+    assert (cfg.sampling.temperature, cfg.sampling.top_p, cfg.sampling.top_k) == (0.6, 0.95, 20)
+    assert cfg.method.name == "cactus" and cfg.method.params.delta == 1.0
+
+
+def test_readme_commands_compose():
+    cfg = cfg_of("method=cactus", "delta=0.75", "data=gpqa")
+    assert cfg.method.params.delta == 0.75 and cfg.data.name == "gpqa" and validate(cfg).rule.delta == 0.75
+    cfg = cfg_of("pair=tiny", "method=cactus", "delta=0.75", "data=gsm8k", "limit=3")
+    assert cfg.pair.drafter == "embedded:tiny/drafter" and cfg.limit == 3
+
+
+@pytest.mark.parametrize("launcher,target", [("slurm", "SlurmLauncher"), ("local_parallel", "JoblibLauncher")])
+def test_cluster_launchers_compose(launcher, target):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=[f"hydra/launcher={launcher}"], return_hydra_config=True)
+    assert cfg.hydra.launcher._target_.endswith(target)
+
+
+@pytest.mark.parametrize("overrides,match", [
+    (["delta=-1"], "delta=-1.0 is not valid: the divergence budget must be >= 0"),
+    (["m=0"], "m=0 is not valid"),
+    (["limit=0"], "limit=0 is not valid"),
+    (["sampling.top_p=2"], "sampling.top_p=2.0 is not valid"),
+    (["method=topk", "method.params.k=0"], "k must be an integer >= 1"),
+    (["method=tas", "method.params.recovery=mode"], "recovery must be one of"),
+])
+def test_bad_values_fail_before_any_model_loads(overrides, match, monkeypatch):
+    monkeypatch.setattr(run_mod, "get_pair", lambda cfg: pytest.fail("loaded a model for a bad config"))
+    with pytest.raises(ConfigError, match=match):
+        run_mod.run(cfg_of(*overrides))
+
+
+def test_unknown_group_option_and_bad_type_are_hydra_errors():
+    with pytest.raises(ConfigCompositionException, match="method/nope"):
+        cfg_of("method=nope")
+    with pytest.raises((ConfigCompositionException, ValidationError), match="m"):
+        cfg_of("m=abc")
+
+
+def test_cli_reports_a_bad_value_clearly():
+    out = subprocess.run([sys.executable, "-m", "cactus_bench", "delta=-0.5"], capture_output=True, text=True,
+                         cwd=ROOT)
+    assert out.returncode == 2 and "delta=-0.5 is not valid" in out.stderr
+
+
+# --- end to end on the small pair ----------------------------------------------------------------------
+
+
+def test_end_to_end_run_writes_a_complete_store(small_pair_dir, tmp_path):
+    cfg = cfg_of("pair=tiny", "data=arith", "method=cactus", "delta=0.75", "limit=3", "m=3", "max_gen_toks=12",
+                 "progress=false", results=tmp_path, pair_dir=small_pair_dir)
+    summary = run_mod.run(cfg)
+    folder = run_dir(cfg)
+    assert {p.name for p in folder.iterdir()} >= {"config.yaml", "manifest.json", "samples.jsonl", "summary.json"}
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["environment"]["packages"]["torch"]
+    assert "git_commit" in manifest["environment"] and manifest["environment"]["hardware"]["cpu_count"]
+    samples = RunStore(folder).samples()
+    assert [s["index"] for s in samples] == [0, 1, 2]
+    for s in samples:
+        assert {"id", "response", "tokens", "stats", "scores"} <= set(s)
+        assert "exact_match,strict-match" in s["scores"]
+    assert summary["samples"] == 3 and summary["score"] is not None and summary["accepted_length"] is not None
+    assert summary["realised_kl"] is not None
+
+
+@pytest.mark.parametrize("data", ["gsm8k", "ifeval", "gpqa"])
+def test_each_benchmark_runs_end_to_end_with_the_tiny_pair(small_pair_dir, tmp_path, data):
+    cfg = cfg_of("pair=tiny", f"data={data}", "method=sps", "limit=2", "m=2", "max_gen_toks=8", "progress=false",
+                 results=tmp_path, pair_dir=small_pair_dir)
+    summary = run_mod.run(cfg)
+    assert summary["samples"] == 2 and summary["scores"] and summary["verifier_calls"] > 0
+
+
+def test_specbench_runs_and_writes_its_answer_schema(small_pair_dir, tmp_path):
+    common = ["pair=tiny", "data=specbench", "limit=2", "max_gen_toks=6", "data.warmup=1", "progress=false"]
+    summaries = {}
+    for method in ("ar", "cactus"):
+        cfg = cfg_of(*common, f"method={method}", "m=2", results=tmp_path, pair_dir=small_pair_dir)
+        summaries[method] = run_mod.run(cfg)
+    answers = [json.loads(x) for x in (run_dir(cfg) / "model_answer.jsonl").read_text().splitlines()]
+    assert len(answers) == 2 and len(answers[0]["choices"][0]["turns"]) == 2  # MT-bench: two turns
+    assert set(answers[0]) == {"question_id", "category", "answer_id", "model_id", "tstamp", "choices"}
+    assert {"decoding_steps", "new_tokens", "wall_time", "accept_lengths"} <= set(answers[0]["choices"][0])
+    assert summaries["cactus"]["specbench"]["mt_bench"]["tau"] >= 1
+
+
+def test_killed_run_resumes_without_duplicates_or_recomputation(small_pair_dir, tmp_path, monkeypatch):
+    args = ("pair=tiny", "data=arith", "method=sps", "limit=5", "m=2", "max_gen_toks=10", "progress=false")
+    cfg = cfg_of(*args, results=tmp_path, pair_dir=small_pair_dir)
+    real = run_mod._task_sample
+    calls = []
+
+    def crash_after_two(lm, scorer, prompt):
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # killed mid-run
+        calls.append(prompt.index)
+        return real(lm, scorer, prompt)
+
+    monkeypatch.setattr(run_mod, "_task_sample", crash_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        run_mod.run(cfg)
+    folder = run_dir(cfg)
+    assert json.loads((folder / "manifest.json").read_text())["status"] == "interrupted"
+    with open(folder / "samples.jsonl", "a") as f:
+        f.write('{"index": 2, "id": 2, "respo')  # a write cut off by the crash
+
+    monkeypatch.setattr(run_mod, "_task_sample", lambda lm, scorer, prompt: calls.append(prompt.index)
+                        or real(lm, scorer, prompt))
+    summary = run_mod.run(cfg_of(*args, results=tmp_path, pair_dir=small_pair_dir))
+    assert calls == [0, 1, 2, 3, 4]  # 0 and 1 were not recomputed; 2 (half-written) was
+    indices = [s["index"] for s in RunStore(folder).samples()]
+    assert indices == [0, 1, 2, 3, 4] and summary["samples"] == 5
+
+
+def test_a_larger_limit_continues_the_same_run(small_pair_dir, tmp_path):
+    args = ("pair=tiny", "data=arith", "method=ar", "max_gen_toks=6", "progress=false")
+    first = cfg_of(*args, "limit=2", results=tmp_path, pair_dir=small_pair_dir)
+    run_mod.run(first)
+    second = cfg_of(*args, "limit=4", results=tmp_path, pair_dir=small_pair_dir)
+    assert run_dir(first) == run_dir(second)
+    assert run_mod.run(second)["samples"] == 4
+
+
+def test_wandb_offline_writes_files(small_pair_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb_dir"))
+    cfg = cfg_of("pair=tiny", "data=arith", "method=cactus", "limit=2", "m=2", "max_gen_toks=8", "tracking=wandb",
+                 "progress=false", results=tmp_path, pair_dir=small_pair_dir)
+    run_mod.run(cfg)
+    offline = list(run_dir(cfg).glob("wandb/offline-run-*"))
+    assert offline and any(p.suffix == ".wandb" for p in offline[0].iterdir())
+
+
+# --- reports from a fixture store ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fixture_store(small_pair_dir, tmp_path_factory):
+    """A small store with the demo's methods, on the small pair."""
+    results = tmp_path_factory.mktemp("store") / "runs"
+    spec = load_spec(ROOT / "sweeps" / "demo.yaml")
+    for row in spec["rows"]:
+        overrides = ["pair=tiny", "data=arith", f"method={row['method']}", "m=3", "limit=3", "max_gen_toks=10",
+                     "progress=false"] + ([f"delta={row['delta']}"] if "delta" in row else [])
+        run_mod.run(cfg_of(*overrides, results=results, pair_dir=small_pair_dir))
+    return results
+
+
+def test_table_from_a_fixture_store(fixture_store, tmp_path):
+    spec = load_spec(ROOT / "sweeps" / "demo.yaml", {"m": 3})
+    md, path = render_table(spec, load_runs(fixture_store), tmp_path)
+    for label in ("Verifier", "SpS", "TAS", "Cactus δ=0.5", "Cactus δ=1.0"):
+        assert label in md
+    assert {p.suffix for p in tmp_path.iterdir()} == {".csv", ".md", ".tex"}
+    assert "+0%" in md  # SpS's Rej against itself
+
+
+def test_table_puts_the_paper_beside_ours_and_names_missing_references(fixture_store, tmp_path):
+    spec = load_spec(ROOT / "sweeps" / "table1.yaml", {"pair": "tiny", "data": ["arith"]})
+    md, _ = render_table(spec, load_runs(fixture_store), tmp_path)
+    assert "ours (paper)" in md
+    spec = load_spec(ROOT / "sweeps" / "table1.yaml")
+    md, _ = render_table(spec, load_runs(fixture_store), tmp_path)
+    assert "no SpS run" in md and "(91.71)" in md  # no runs for the paper's pair: the paper column stays
+
+
+def test_figures_from_a_fixture_store(fixture_store, tmp_path):
+    made = figures(load_runs(fixture_store), tmp_path)
+    names = set(made)
+    assert any(n.startswith("fig1_tradeoff_arith") for n in names)
+    assert any(n.startswith("fig2_delta_grid_arith") for n in names)
+    assert any(n.startswith("fig3_speedup_arith") for n in names)
+    for png in made.values():
+        assert png.stat().st_size > 1000 and png.with_suffix(".pdf").exists()
+
+
+def test_notebook_regenerates_the_figures_headless(fixture_store, tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    nb = nbformat.read(ROOT / "notebooks" / "figures.ipynb", as_version=4)
+    env = {"CACTUS_BENCH_RESULTS_DIR": str(fixture_store), "CACTUS_BENCH_FIGURES_DIR": str(tmp_path)}
+    os.environ.update(env)
+    try:
+        nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                                resources={"metadata": {"path": str(ROOT)}}).execute()
+    finally:
+        for k in env:
+            os.environ.pop(k)
+    assert list(tmp_path.glob("fig1_tradeoff_*.png"))
