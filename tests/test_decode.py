@@ -35,21 +35,22 @@ def cached_next_logits(state, committed):
         return st.forward(torch.tensor([committed[state.cached :]]), keep=1)[0, -1]
 
 
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic_cache", "static_cache"])
 @pytest.mark.parametrize("rule,m", [("sps", 3), ("cactus", 4), ("tas", 2), ("mentored", 1)])
-def test_kv_rollback_equals_a_fresh_forward(pair, rule, m):
+def test_kv_rollback_equals_a_fresh_forward(pair, rule, m, static):
     drafter, verifier = pair
     seen = {"rounds": 0, "rejections": 0, "full": 0}
 
     def check(dm, vm, committed):
         assert vm.cached == len(committed) - 1 and dm.cached <= len(committed) - 1
-        assert vm.cache.get_seq_length() == vm.cached and dm.cache.get_seq_length() == dm.cached
+        assert int(vm.cache.get_seq_length()) == vm.cached and int(dm.cache.get_seq_length()) == dm.cached
         for state, model in ((dm, drafter), (vm, verifier)):
             torch.testing.assert_close(cached_next_logits(state, committed), fresh_next_logits(model, committed),
                                        atol=1e-4, rtol=1e-4)
         seen["rounds"] += 1
 
     out = speculative_generate(drafter, verifier, PROMPT, rule=rule, m=m, max_new_tokens=40,
-                               generator=torch.Generator().manual_seed(0), on_round=check)
+                               generator=torch.Generator().manual_seed(0), on_round=check, static_cache=static)
     r = out.rounds
     seen["rejections"] = sum(a < d for a, d in zip(r.accepted, r.drafted))
     seen["full"] = sum(a == d > 0 for a, d in zip(r.accepted, r.drafted))
@@ -237,3 +238,26 @@ def test_sps_has_zero_realised_kl(pair):
     out = speculative_generate(*pair, PROMPT, rule="sps", m=3, max_new_tokens=10,
                                generator=torch.Generator().manual_seed(0))
     assert out.realised_kl == 0.0
+
+
+@pytest.mark.parametrize("rule", ["sps", "cactus", "speccas"])
+def test_static_cache_path_gives_the_same_tokens_as_eager(pair, rule):
+    def run(**kw):
+        out = speculative_generate(*pair, PROMPT, rule=rule, m=4, max_new_tokens=50, temperature=0.6, top_k=20,
+                                   top_p=0.95, generator=torch.Generator().manual_seed(5), **kw)
+        return out.tokens, out.rounds.accepted
+
+    assert run() == run(static_cache=True)
+    ar = [autoregressive_generate(pair[1], PROMPT, max_new_tokens=30, generator=torch.Generator().manual_seed(5),
+                                  **kw).tokens for kw in ({}, {"static_cache": True})]
+    assert ar[0] == ar[1]
+
+
+@pytest.mark.slow
+def test_compiled_path_gives_the_same_tokens_as_eager(pair):
+    """torch.compile on CPU takes about a minute for the first shapes: slow suite."""
+    def run(**kw):
+        return speculative_generate(*pair, PROMPT, rule="cactus", m=3, max_new_tokens=40,
+                                    generator=torch.Generator().manual_seed(9), **kw).tokens
+
+    assert run() == run(compile=True)

@@ -60,6 +60,7 @@ class TrackingConfig:
 @dataclass
 class EngineConfig:
     compile: bool = False
+    static_cache: bool = False
 
 
 @dataclass
@@ -142,7 +143,7 @@ def identity(cfg: DictConfig) -> dict:
         "data": cfg.data.name, "subset": cfg.data.get("subset"),
         "m": cfg.m if cfg.method.name != "ar" else None,
         "seed": cfg.seed, "sampling": OmegaConf.to_container(cfg.sampling, resolve=True),
-        "max_gen_toks": cfg.max_gen_toks, "compile": cfg.engine.compile,
+        "max_gen_toks": cfg.max_gen_toks, "engine": OmegaConf.to_container(cfg.engine),
     }
 
 

@@ -57,7 +57,8 @@ def run(cfg: DictConfig) -> dict:
     else:
         scorer = TaskScorer(data_label(cfg), cfg.data.root)  # data errors surface before models load
     pair = get_pair(cfg)
-    lm = CactusLM(pair, method, OmegaConf.to_container(cfg.sampling), cfg.max_gen_toks, seed=cfg.seed)
+    lm = CactusLM(pair, method, OmegaConf.to_container(cfg.sampling), cfg.max_gen_toks, seed=cfg.seed,
+                  engine=OmegaConf.to_container(cfg.engine))
     store = RunStore.open(cfg)
     done = {s["index"]: s for s in store.samples()}
     tracker = make_tracker(cfg, store.folder)

@@ -64,9 +64,10 @@ class CactusLM(LM):
     greedy settings are ignored: the paper samples); `max_gen_toks` caps every request."""
 
     def __init__(self, pair: Pair, method: Method, sampling: dict, max_gen_toks: int, seed: int = 0,
-                 strip_think: bool = True):
+                 strip_think: bool = True, engine: dict | None = None):
         super().__init__()
         self.pair, self.method, self.sampling = pair, method, dict(sampling)
+        self.engine = dict(engine or {})  # static_cache / compile for the decode loops
         self.max_gen_toks, self.seed, self.strip_think = max_gen_toks, seed, strip_think
         self.records: list[dict] = []  # per request: decode statistics, for lm-eval-driven runs
 
@@ -92,7 +93,8 @@ class CactusLM(LM):
             return any(s in tok.decode(tokens[-window:]) for s in stops)
 
         common = {"max_new_tokens": self.max_gen_toks, "generator": generator,
-                  "eos_token_id": self.pair.eos_token_id, "stop": stop if stops else None, **self.sampling}
+                  "eos_token_id": self.pair.eos_token_id, "stop": stop if stops else None, **self.sampling,
+                  **self.engine}
         if self.method.name == "ar":
             out = autoregressive_generate(self.pair.verifier, ids, **common)
         else:

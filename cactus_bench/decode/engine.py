@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 from torch import Tensor
-from transformers import DynamicCache
+from transformers import DynamicCache, StaticCache
 
 from ..rules import Rule, build_rule, sample_weights
 from .warp import Warper
@@ -100,27 +100,52 @@ class GenerationOutput:
 # --- model plumbing ---------------------------------------------------------------------------------
 
 
-class _Model:
-    """A causal LM with its own KV cache, fed only the committed tokens its cache lacks."""
+_COMPILED: dict[int, Callable] = {}  # id(model) -> compiled forward, reused across calls
 
-    def __init__(self, model, device: torch.device):
+
+def _compiled_forward(model) -> Callable:
+    """torch.compile of the model's forward (CUDA graphs on GPU: launch-bound drafters need them)."""
+    if id(model) not in _COMPILED:
+        mode = "reduce-overhead" if _device_of(model).type == "cuda" else None
+        _COMPILED[id(model)] = torch.compile(model.forward, mode=mode, dynamic=False)
+    return _COMPILED[id(model)]
+
+
+class _Model:
+    """A causal LM with its own KV cache, fed only the committed tokens its cache lacks.
+
+    Eager: a DynamicCache (grows by concatenation, rollback slices). Fast path: a preallocated StaticCache
+    (rollback moves the write position back, copying nothing) and, with `compile`, the decode forwards
+    compiled; the prefill stays eager (its length varies per prompt).
+    """
+
+    def __init__(self, model, device: torch.device, static_len: int | None = None, compile: bool = False):
         self.model = model
         self.device = device
-        self.cache = DynamicCache(config=model.config)
+        self.static = static_len is not None
+        self.cache = (StaticCache(config=model.config, max_cache_len=static_len) if self.static
+                      else DynamicCache(config=model.config))
         self.cached = 0  # tokens the cache holds (kept here: asking the cache is slower)
+        self._decode = _compiled_forward(model) if compile else model.forward
         # transformers 5.24 renamed past_key_values -> cache; 5.17 (the GPU box) may predate it.
         self._cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
-    def forward(self, new: Tensor, keep: int) -> Tensor:
+    def forward(self, new: Tensor, keep: int, prefill: bool = False) -> Tensor:
         """Run `new` [1, n] on top of the cache; return the last `keep` logits [1, keep, V]."""
-        out = self.model(input_ids=new, use_cache=True, logits_to_keep=keep, **{self._cache_kw: self.cache})
-        self.cached += new.shape[1]
+        n = new.shape[1]
+        kw = {self._cache_kw: self.cache}
+        if self.static:  # positions are explicit with a preallocated cache
+            kw["cache_position"] = torch.arange(self.cached, self.cached + n, device=self.device)
+        fn = self.model.forward if prefill else self._decode
+        out = fn(input_ids=new, use_cache=True, logits_to_keep=keep, **kw)
+        self.cached += n
         return out.logits
 
     def rollback(self, length: int) -> None:
         """Drop cached positions beyond `length` (a rejected suffix)."""
         if self.cached > length:
-            self.cache.crop(length - self.cached)  # negative: tokens to drop (works on old and new APIs)
+            # negative: tokens to drop (dynamic: slices; static: moves the write position, in place)
+            self.cache.crop(length - self.cached)
             self.cached = length
 
 
@@ -206,6 +231,8 @@ def speculative_generate(
     eos_token_id: int | Sequence[int] | None = None,
     stop: Callable[[list[int]], bool] | None = None,
     sync_timing: bool = False,
+    static_cache: bool = False,
+    compile: bool = False,
     on_round: Callable[[_Model, _Model, list[int]], None] | None = None,
 ) -> GenerationOutput:
     """Speculative decoding with any acceptance rule (methods.md §2). Batch size 1.
@@ -215,6 +242,7 @@ def speculative_generate(
     true, or at `max_new_tokens` (never past it). At temperature 0 every rule collapses to exact-match
     acceptance, which is what SpS does on one-hot distributions, so SpS is used. `on_round(drafter_state,
     verifier_state, committed)` is called after each round's rollback (tracing; the cache tests use it).
+    `static_cache` preallocates both KV caches; `compile` (implies it) compiles the decode forwards.
     """
     rule = build_rule(rule) if isinstance(rule, str) else rule
     if isinstance(m, bool) or not isinstance(m, int) or m < 1:
@@ -229,7 +257,9 @@ def speculative_generate(
     _check_context("verifier", verifier, len(prompt) + max_new_tokens, len(prompt))
     eos = _eos_set(eos_token_id)
     device = _device_of(verifier)
-    dm, vm = _Model(drafter, _device_of(drafter)), _Model(verifier, device)
+    static_len = len(prompt) + max_new_tokens + m + 1 if (static_cache or compile) else None
+    dm = _Model(drafter, _device_of(drafter), static_len, compile)
+    vm = _Model(verifier, device, static_len, compile)
     vocab = min(drafter.config.vocab_size, verifier.config.vocab_size)  # padded embeddings: shared part only
     raw = rule.needs_raw
 
@@ -238,8 +268,8 @@ def speculative_generate(
     with torch.inference_mode():
         if len(prompt) > 1:
             prefix = torch.tensor([prompt[:-1]], device=device)
-            dm.forward(prefix.to(dm.device), keep=1)
-            vm.forward(prefix, keep=1)
+            dm.forward(prefix.to(dm.device), keep=1, prefill=True)
+            vm.forward(prefix, keep=1, prefill=True)
         if device.type == "cuda":
             torch.cuda.synchronize()
         prefill = time.perf_counter() - t_start
@@ -319,6 +349,8 @@ def autoregressive_generate(
     eos_token_id: int | Sequence[int] | None = None,
     stop: Callable[[list[int]], bool] | None = None,
     sync_timing: bool = False,
+    static_cache: bool = False,
+    compile: bool = False,
 ) -> GenerationOutput:
     """The verifier alone, token by token, with the same warpers (the `ar` baseline and speedup
     denominator). Each step is one round: drafted 0, accepted 0, emitted 1."""
@@ -329,13 +361,14 @@ def autoregressive_generate(
     _check_context("verifier", verifier, len(prompt) + max_new_tokens, len(prompt))
     eos = _eos_set(eos_token_id)
     device = _device_of(verifier)
-    vm = _Model(verifier, device)
+    static_len = len(prompt) + max_new_tokens + 1 if (static_cache or compile) else None
+    vm = _Model(verifier, device, static_len, compile)
 
     t_start = time.perf_counter()
     committed = list(prompt)
     with torch.inference_mode():
         if len(prompt) > 1:
-            vm.forward(torch.tensor([prompt[:-1]], device=device), keep=1)
+            vm.forward(torch.tensor([prompt[:-1]], device=device), keep=1, prefill=True)
         if device.type == "cuda":
             torch.cuda.synchronize()
         prefill = time.perf_counter() - t_start
