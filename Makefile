@@ -10,8 +10,18 @@ export TOKENIZERS_PARALLELISM ?= false
 export CACTUS_BENCH_DATA ?= $(abspath ../shared/data)
 export NLTK_DATA ?= $(CACTUS_BENCH_DATA)/nltk_data
 
+# Sweep overrides, e.g. `make reproduce-table2 PAIR=tiny LIMIT=2 MAX_GEN_TOKS=32`
+PAIR ?=
+LIMIT ?=
+DATA ?=
+M ?=
+MAX_GEN_TOKS ?=
+SWEEP_ARGS = $(if $(PAIR),pair=$(PAIR)) $(if $(LIMIT),limit=$(LIMIT)) $(if $(DATA),data=$(DATA)) \
+	$(if $(M),m=$(M)) $(if $(MAX_GEN_TOKS),max_gen_toks=$(MAX_GEN_TOKS)) $(ARGS)
+
 .DEFAULT_GOAL := help
-.PHONY: help install test test-all lint bench-rules bench-speed
+.PHONY: help install test test-slow test-all lint demo reproduce-table1 reproduce-table2 figures embedded bench-rules \
+	bench-speed bench-fast device-check-cpu
 
 help:  ## List the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-20s\033[0m %s\n", $$1, $$2}'
@@ -24,17 +34,42 @@ install: $(PY)  ## Create .venv and install (CPU torch first, pinned, so pip nev
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e ".[dev]" -c constraints.txt
 
-test:  ## Run the default test suite (fast; offline)
+test:  ## Run the default test suite (offline, a few minutes)
 	$(PY) -m pytest -q -m "not slow"
 
-test-all:  ## Run every test, slow end-to-end ones included
+test-slow:  ## Run the slow end-to-end tests (CI runs them after `make test`)
+	$(PY) -m pytest -q -m slow
+
+test-all:  ## Run every test, slow ones included
 	$(PY) -m pytest -q
 
 lint:  ## Lint with ruff
 	$(PY) -m ruff check cactus_bench tests scripts
+
+embedded:  ## Build (or reuse) the embedded offline pair and print its quality
+	$(PY) -m cactus_bench.embedded
+
+demo: embedded  ## Offline demo: verifier alone, SpS, TAS, Cactus on the embedded pair; table + figures
+	$(PY) -m cactus_bench.sweep sweeps/demo.yaml $(SWEEP_ARGS)
+	$(PY) -m cactus_bench.report figures
+
+reproduce-table1:  ## Table 1 sweep (GSM8K/IFEval/GPQA x Verifier/SpS/TAS/Cactus, m=20); PAIR= LIMIT= DATA= ...
+	$(PY) -m cactus_bench.sweep sweeps/table1.yaml $(SWEEP_ARGS)
+
+reproduce-table2:  ## Table 2 sweep (Spec-Bench speedup per category, SpS and Cactus vs the verifier); PAIR= LIMIT= ...
+	$(PY) -m cactus_bench.sweep sweeps/table2.yaml $(SWEEP_ARGS)
+
+figures:  ## Regenerate all figures from stored runs (results/figures)
+	$(PY) -m cactus_bench.report figures
 
 bench-rules:  ## Time one verify() per rule at V=151,936 vs a softmax; writes results/bench/rules.*
 	$(PY) scripts/bench_rules.py --out results/bench/rules
 
 bench-speed:  ## Our loop vs HF generate / assisted generation; writes results/bench/speed.*
 	$(PY) scripts/bench_speed.py --out results/bench/speed
+
+bench-fast:  ## Fast path (static cache + compile) vs eager on the >=20 ms-verifier CPU pair; results/bench/fast.*
+	$(PY) scripts/bench_fast.py --out results/bench/fast
+
+device-check-cpu:  ## The GPU device check's CPU dry run (small shapes); writes results/gpu/cpu_small.*
+	$(PY) scripts/device_check.py --small --out results/gpu/cpu_small

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +23,7 @@ import yaml
 from . import metrics
 from .benchmarks import specbench
 
-RESULTS = Path("results")
+RESULTS = Path(os.environ.get("CACTUS_BENCH_RESULTS", "results"))
 LABELS = {"score": "score", "accepted_length": "AL", "tau": "τ", "rej": "Rej %", "acceptance_rate": "acc. rate",
           "realised_kl": "KL", "speedup": "speedup", "tokens_per_s": "tok/s"}
 

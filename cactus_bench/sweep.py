@@ -9,6 +9,7 @@ each run resumes from the store, so an interrupted sweep continues where it stop
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
@@ -46,6 +47,7 @@ def run_overrides(spec: dict, row: dict, data: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> str:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     spec_path, spec_overrides, extra = parse(sys.argv[1:] if argv is None else argv)
     spec = load_spec(spec_path, spec_overrides)
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):

@@ -24,7 +24,6 @@ from cactus_bench.decode import autoregressive_generate, engine, speculative_gen
 from cactus_bench.models import self_speculative_pair
 from cactus_bench.utils import environment_info, write_text_atomic
 
-
 PAIRS = {  # (vocab, hidden, verifier layers): a >= 20 ms verifier on a 2-core CPU, and the tiny test size
     "cpu50m": lambda: self_speculative_pair(4096, 640, 10, heads=10, kv_heads=5, intermediate_size=1920),
     "tiny": lambda: self_speculative_pair(512, 64, 2, heads=4, kv_heads=2),

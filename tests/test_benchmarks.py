@@ -13,6 +13,7 @@ from cactus_bench.benchmarks.lm import cut_at_stop, strip_thinking
 from cactus_bench.benchmarks.scoring import TaskScorer
 from cactus_bench.benchmarks.specbench import speed_metrics
 from cactus_bench.score import score_responses
+
 from conftest import DATA
 
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason="needs ../shared/data")

@@ -10,6 +10,7 @@ from cactus_bench.decode import autoregressive_generate, speculative_generate
 from cactus_bench.decode import engine as engine_mod
 from cactus_bench.models import tiny_pair
 from cactus_bench.rules import build_rule
+
 from stats import P_THRESHOLD, g_test_pvalue
 from test_rules_exact import CONFIGS
 from test_rules_kernel import BonusFromP

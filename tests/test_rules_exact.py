@@ -5,10 +5,11 @@ import math
 import pytest
 import torch
 
-import reference_laws as ref
 from cactus_bench.rules import RULES, build_rule
-from cactus_bench.rules.cactus import binary_kl
 from cactus_bench.rules.base import kl
+from cactus_bench.rules.cactus import binary_kl
+
+import reference_laws as ref
 
 V = 12
 

@@ -5,6 +5,7 @@ import torch
 
 from cactus_bench.rules import build_rule
 from cactus_bench.rules.base import Rule
+
 from stats import P_THRESHOLD, g_test_pvalue
 from test_rules_exact import CONFIGS
 

@@ -87,7 +87,8 @@ class GenerationOutput:
             "rejected": sum(d - a for d, a in zip(r.drafted, r.accepted)),
             "accepted_length": self.accepted_length, "tau": self.tau, "acceptance_rate": self.acceptance_rate,
             "realised_kl": self.realised_kl, "kl_sum": sum(r.kl_sum) if self.has_kl else None,
-            "kl_count": sum(r.kl_count) if self.has_kl else None, "wall_time": self.wall_time, "prefill_time": self.prefill_time,
+            "kl_count": sum(r.kl_count) if self.has_kl else None, "wall_time": self.wall_time,
+            "prefill_time": self.prefill_time,
             "tokens_per_s": self.tokens_per_s, "stop_reason": self.stop_reason,
             "t_draft": sum(r.t_draft), "t_verify": sum(r.t_verify), "t_rule": sum(r.t_rule),
             "t_other": sum(r.t_other),
@@ -171,7 +172,7 @@ def _as_prompt(input_ids) -> list[int]:
     if isinstance(input_ids, Tensor):
         if input_ids.dim() == 2:
             if input_ids.shape[0] != 1:
-                raise ValueError(f"batch size 1 only (as in the paper); got input_ids of shape {tuple(input_ids.shape)}")
+                raise ValueError(f"batch size 1 only (as in the paper); got input_ids {tuple(input_ids.shape)}")
             input_ids = input_ids[0]
         input_ids = input_ids.tolist()
     ids = [int(t) for t in input_ids]

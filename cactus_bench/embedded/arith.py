@@ -23,7 +23,7 @@ SUB = ["gives away {n}", "loses {n}", "sells {n}", "uses {n}"]
 # thing, they give the verifier genuine uncertainty (q_n well below 1) where acceptance rules differ.
 STEP_FORMS = {
     "+": ["{a} + {b} = {c}.", "{b} + {a} = {c}.", "{a} plus {b} is {c}."],
-    "-": ["{a} - {b} = {c}.", "{a} minus {b} is {c}.", "Taking away {b} leaves {c}."],
+    "-": ["{a} - {b} = {c}.", "{a} minus {b} is {c}."],
 }
 FINAL_FORMS = ["", " So the answer is {v}.", " {name} has {v} {item} now."]
 

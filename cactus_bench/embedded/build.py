@@ -32,12 +32,12 @@ SPEC = {
     "seed": 0,
     "tokenizer_vocab": 384,
     "max_positions": 8192,  # trained on short items, but must accept long prompts (GSM8K 5-shot) without error
-    "verifier": {"hidden": 128, "layers": 4, "heads": 4, "kv_heads": 2, "intermediate": 384, "steps": 800,
+    "verifier": {"hidden": 128, "layers": 4, "heads": 4, "kv_heads": 2, "intermediate": 384, "steps": 1200,
                  "batch": 32, "lr": 3e-3},
     "drafter": {"hidden": 96, "layers": 2, "heads": 4, "kv_heads": 2, "intermediate": 256, "steps": 600,
                 "batch": 32, "lr": 3e-3},
     "eval": {"items": 200, "accept_prompts": 24, "m": 4, "temperature": 0.6, "top_k": 20, "top_p": 0.95,
-             "max_new_tokens": 48},
+             "max_new_tokens": 72},
 }
 MANIFEST = "manifest.json"
 

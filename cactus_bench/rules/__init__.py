@@ -4,7 +4,7 @@ Adding a rule: one module here defining a `Rule` subclass decorated with `@regis
 `conf/method/<name>.yaml`, and its oracle test.
 """
 
-from . import cactus, interp, mentored, sps, speccas, tas, topk  # noqa: F401  (registers the rules)
+from . import cactus, interp, mentored, speccas, sps, tas, topk  # noqa: F401  (registers the rules)
 from .base import Rule, check_probs, kl, sample_weights
 from .registry import RULES, build_rule, register
 

@@ -12,7 +12,6 @@ from .registry import register
 from .sps import TargetRule
 
 
-
 def binary_kl(g: Tensor, qn: Tensor) -> Tensor:
     """KL(Bern(g) || Bern(qn)) with 0·log 0 = 0; equals KL(h‖q) for Cactus's h."""
     zero = torch.zeros_like(g)

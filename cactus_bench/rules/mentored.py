@@ -12,7 +12,6 @@ from .base import Rule, bisect_steps, check_range, gather_last, general_accept, 
 from .registry import register
 
 
-
 def mentored_law(p, q, beta):
     b = beta.unsqueeze(-1)
     accepted = torch.minimum(p, q / b)

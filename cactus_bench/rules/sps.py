@@ -2,7 +2,7 @@
 
 from torch import Tensor
 
-from .base import Rule, general_accept, gather_last
+from .base import Rule, gather_last, general_accept
 from .registry import register
 
 
