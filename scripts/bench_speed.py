@@ -36,9 +36,9 @@ def forward_timer():
     spent = {"t": 0.0, "calls": 0}
     original = engine._Model.forward
 
-    def timed(self, new, keep):
+    def timed(self, new, keep, prefill=False):
         t = time.perf_counter()
-        out = original(self, new, keep)
+        out = original(self, new, keep, prefill)
         spent["t"] += time.perf_counter() - t
         spent["calls"] += 1
         return out

@@ -175,6 +175,9 @@ def test_wandb_offline_writes_files(small_pair_dir, tmp_path, monkeypatch):
     run_mod.run(cfg)
     offline = list(run_dir(cfg).glob("wandb/offline-run-*"))
     assert offline and any(p.suffix == ".wandb" for p in offline[0].iterdir())
+    assert (run_dir(cfg) / "accepted_length.png").exists()  # the run's figure, logged to W&B
+    media = list(offline[0].glob("files/media/**/*"))
+    assert any("samples" in str(p) for p in media) and any("figures" in str(p) for p in media)
 
 
 # --- reports from a fixture store ----------------------------------------------------------------------

@@ -91,6 +91,8 @@ def run(cfg: DictConfig) -> dict:
         if scorer is None:
             store.write_specbench_answers([s["answer"] for s in finished if s["index"] in wanted])
         store.finish("complete")
+        if cfg.tracking.backend != "none":
+            tracker.log_figures(accepted_length_figure(finished, store.folder))
         tracker.finish(summary, finished)
         return summary
     except BaseException:
@@ -125,3 +127,23 @@ def summarise(cfg: DictConfig, samples: list[dict], scorer: TaskScorer | None) -
     if scorer is None and samples:
         out["specbench"] = specbench.speed_metrics([s["answer"] for s in samples], None)
     return out
+
+
+def accepted_length_figure(samples: list[dict], folder) -> dict:
+    """This run's distribution of accepted drafts per verifier call (a per-run figure for dashboards)."""
+    counts = [a for s in samples for a in s.get("rounds_accepted", [])]
+    if not counts:
+        return {}
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(4.5, 3))
+    ax.hist(counts, bins=range(max(counts) + 2), align="left", rwidth=0.85)
+    ax.set(xlabel="accepted drafts per verifier call", ylabel="verifier calls",
+           title=f"AL = {sum(counts) / len(counts):.2f}")
+    path = folder / "accepted_length.png"
+    fig.savefig(path, bbox_inches="tight", dpi=110)
+    plt.close(fig)
+    return {"accepted_length": path}
