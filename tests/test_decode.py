@@ -262,3 +262,14 @@ def test_compiled_path_gives_the_same_tokens_as_eager(pair):
                                     generator=torch.Generator().manual_seed(9), **kw).tokens
 
     assert run() == run(compile=True)
+
+
+def test_padded_embeddings_of_different_sizes_use_the_shared_vocabulary():
+    """Like Qwen3 pairs whose embedding matrices are padded differently: only shared ids are ever emitted."""
+    from cactus_bench.models import tiny_qwen3
+
+    drafter = tiny_qwen3(vocab_size=24, hidden_size=16, logit_scale=30.0, seed=0)
+    verifier = tiny_qwen3(vocab_size=40, hidden_size=32, num_layers=2, logit_scale=30.0, seed=1)
+    out = speculative_generate(drafter, verifier, PROMPT, rule="cactus", m=3, max_new_tokens=40,
+                               generator=torch.Generator().manual_seed(0))
+    assert len(out.tokens) == 40 and max(out.tokens) < 24

@@ -101,15 +101,13 @@ class GenerationOutput:
 # --- model plumbing ---------------------------------------------------------------------------------
 
 
-_COMPILED: dict[int, Callable] = {}  # id(model) -> compiled forward, reused across calls
-
-
 def _compiled_forward(model) -> Callable:
-    """torch.compile of the model's forward (CUDA graphs on GPU: launch-bound drafters need them)."""
-    if id(model) not in _COMPILED:
+    """torch.compile of the model's forward (CUDA graphs on GPU: launch-bound drafters need them), kept on
+    the model so later calls reuse the compiled graphs and it lives exactly as long as the model."""
+    if not hasattr(model, "_cactus_compiled_forward"):
         mode = "reduce-overhead" if _device_of(model).type == "cuda" else None
-        _COMPILED[id(model)] = torch.compile(model.forward, mode=mode, dynamic=False)
-    return _COMPILED[id(model)]
+        model._cactus_compiled_forward = torch.compile(model.forward, mode=mode, dynamic=False)
+    return model._cactus_compiled_forward
 
 
 class _Model:
