@@ -81,7 +81,8 @@ def forward_times(model, device, context: int, sizes: list[int], static: bool, c
     out = {}
     prompt = torch.randint(0, model.config.vocab_size, (1, context), device=device)
     for n in sizes:
-        state = engine._Model(model, device, context + n + 1 if (static or compile) else None, compile)
+        state = engine._Model(model, device, context + n + 1 if (static or compile) else None,
+                              frozenset({(n, n)}) if compile else frozenset())
         with torch.inference_mode():
             state.forward(prompt, keep=1, prefill=True)
             new = torch.randint(0, model.config.vocab_size, (1, n), device=device)

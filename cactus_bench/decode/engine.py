@@ -105,6 +105,8 @@ def _compiled_forward(model) -> Callable:
     """torch.compile of the model's forward (CUDA graphs on GPU: launch-bound drafters need them), kept on
     the model so later calls reuse the compiled graphs and it lives exactly as long as the model."""
     if not hasattr(model, "_cactus_compiled_forward"):
+        # one graph per (shape, cache-size bucket): allow more than dynamo's default of 8 per function
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
         mode = "reduce-overhead" if _device_of(model).type == "cuda" else None
         model._cactus_compiled_forward = torch.compile(model.forward, mode=mode, dynamic=False)
     return model._cactus_compiled_forward
@@ -114,18 +116,21 @@ class _Model:
     """A causal LM with its own KV cache, fed only the committed tokens its cache lacks.
 
     Eager: a DynamicCache (grows by concatenation, rollback slices). Fast path: a preallocated StaticCache
-    (rollback moves the write position back, copying nothing) and, with `compile`, the decode forwards
-    compiled; the prefill stays eager (its length varies per prompt).
+    (rollback moves the write position back, copying nothing) and compiled forwards for the steady-state
+    shapes `compiled` ((new tokens, logits kept) pairs); the prefill and the short final rounds stay eager,
+    so a run never recompiles.
     """
 
-    def __init__(self, model, device: torch.device, static_len: int | None = None, compile: bool = False):
+    def __init__(self, model, device: torch.device, static_len: int | None = None,
+                 compiled: frozenset[tuple[int, int]] = frozenset()):
         self.model = model
         self.device = device
         self.static = static_len is not None
         self.cache = (StaticCache(config=model.config, max_cache_len=static_len) if self.static
                       else DynamicCache(config=model.config))
         self.cached = 0  # tokens the cache holds (kept here: asking the cache is slower)
-        self._decode = _compiled_forward(model) if compile else model.forward
+        self.compiled = compiled
+        self._compiled = _compiled_forward(model) if compiled else None
         # transformers 5.24 renamed past_key_values -> cache; 5.17 (the GPU box) may predate it.
         self._cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
@@ -135,7 +140,7 @@ class _Model:
         kw = {self._cache_kw: self.cache}
         if self.static:  # positions are explicit with a preallocated cache
             kw["cache_position"] = torch.arange(self.cached, self.cached + n, device=self.device)
-        fn = self.model.forward if prefill else self._decode
+        fn = self._compiled if (n, keep) in self.compiled and not prefill else self.model.forward
         out = fn(input_ids=new, use_cache=True, logits_to_keep=keep, **kw)
         self.cached += n
         return out.logits
@@ -146,6 +151,12 @@ class _Model:
             # negative: tokens to drop (dynamic: slices; static: moves the write position, in place)
             self.cache.crop(length - self.cached)
             self.cached = length
+
+
+def _static_len(needed: int) -> int:
+    """Static caches come in sizes rounded up to 256 tokens, so prompts of different lengths reuse the
+    same compiled graphs (their shapes include the cache size)."""
+    return -(-needed // 256) * 256  # waste (attention over unused slots) stays small
 
 
 def _device_of(model) -> torch.device:
@@ -256,9 +267,10 @@ def speculative_generate(
     _check_context("verifier", verifier, len(prompt) + max_new_tokens, len(prompt))
     eos = _eos_set(eos_token_id)
     device = _device_of(verifier)
-    static_len = len(prompt) + max_new_tokens + m + 1 if (static_cache or compile) else None
-    dm = _Model(drafter, _device_of(drafter), static_len, compile)
-    vm = _Model(verifier, device, static_len, compile)
+    static_len = _static_len(len(prompt) + max_new_tokens + m + 1) if (static_cache or compile) else None
+    # steady state: the drafter takes 1 token (2 after a fully accepted block); the verifier m+1
+    dm = _Model(drafter, _device_of(drafter), static_len, frozenset({(1, 1), (2, 1)}) if compile else frozenset())
+    vm = _Model(verifier, device, static_len, frozenset({(m + 1, m + 1)}) if compile else frozenset())
     vocab = min(drafter.config.vocab_size, verifier.config.vocab_size)  # padded embeddings: shared part only
     raw = rule.needs_raw
 
@@ -360,8 +372,8 @@ def autoregressive_generate(
     _check_context("verifier", verifier, len(prompt) + max_new_tokens, len(prompt))
     eos = _eos_set(eos_token_id)
     device = _device_of(verifier)
-    static_len = len(prompt) + max_new_tokens + 1 if (static_cache or compile) else None
-    vm = _Model(verifier, device, static_len, compile)
+    static_len = _static_len(len(prompt) + max_new_tokens + 1) if (static_cache or compile) else None
+    vm = _Model(verifier, device, static_len, frozenset({(1, 1)}) if compile else frozenset())
 
     t_start = time.perf_counter()
     committed = list(prompt)
