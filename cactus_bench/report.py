@@ -71,7 +71,9 @@ def row_params(row: dict) -> dict:
 
 
 def load_spec(path: str | Path, overrides: dict | None = None) -> dict:
+    """A table spec with overrides applied; the paper's column keeps referring to the paper's own pair."""
     spec = yaml.safe_load(Path(path).read_text())
+    spec.setdefault("paper_pair", spec["pair"])
     spec.update({k: v for k, v in (overrides or {}).items() if v is not None})
     return spec
 
@@ -125,7 +127,8 @@ def build_table(spec: dict, runs: list[Run]) -> tuple[pd.DataFrame, list[str]]:
 def _paper_value(paper, spec, data, row, col, category=None):
     if paper is None or col not in paper.columns:
         return None
-    sel = paper[(paper["pair"] == spec["pair"]) & (paper["data"] == data) & (paper["method"] == row["method"])]
+    pair = spec.get("paper_pair", spec["pair"])
+    sel = paper[(paper["pair"] == pair) & (paper["data"] == data) & (paper["method"] == row["method"])]
     if "delta" in row:
         sel = sel[pd.to_numeric(sel["delta"], errors="coerce") == row["delta"]]
     if category is not None:
