@@ -184,7 +184,9 @@ def render_table(spec: dict, runs: list[Run], out_dir: Path | str = RESULTS / "t
     base = out / spec["name"]
     df.to_csv(base.with_suffix(".csv"), index=False)
     table = wide(df)
-    md = f"## {spec.get('title', spec['name'])}\n\nours (paper) — paper numbers from `{spec.get('paper', '–')}`\n\n"
+    md = f"## {spec.get('title', spec['name'])}\n\n"
+    if spec.get("paper"):
+        md += f"ours (paper) — paper numbers from `{spec['paper']}`\n\n"
     md += table.to_markdown() + "\n"
     if notes:
         md += "\n" + "\n".join(f"- {n}" for n in notes) + "\n"
