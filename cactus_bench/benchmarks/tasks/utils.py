@@ -42,8 +42,10 @@ def _ifeval_utils():
         candidate = Path(os.environ["CACTUS_BENCH_DATA"]) / "nltk_data"
         if candidate.is_dir():
             os.environ["NLTK_DATA"] = str(candidate)
+    from langdetect import DetectorFactory
     from lm_eval.tasks.ifeval import utils
 
+    DetectorFactory.seed = 0  # the language checker (langdetect) is random unless seeded: reproducible scores
     return utils
 
 
