@@ -6,6 +6,7 @@ The metric code is lm-eval's own; only data loading is ours (so tasks read ../sh
 
 import json
 import os
+import random
 from pathlib import Path
 
 from cactus_bench.benchmarks import data
@@ -50,8 +51,17 @@ def _ifeval_utils():
 
 
 def ifeval_process_results(doc, results):
-    """lm-eval's IFEval scoring, on the kwargs stored as JSON text by our loader."""
-    return _ifeval_utils().process_results({**doc, "kwargs": json.loads(doc["kwargs"])}, results)
+    """lm-eval's IFEval scoring, on the kwargs stored as JSON text by our loader.
+
+    Some upstream checkers draw from Python's global `random` when an argument is outside their range
+    (letter_frequency with letter '#' or '!' picks a random letter), so a score could change between
+    runs: seed it per prompt, and put the caller's random state back afterwards."""
+    state = random.getstate()
+    random.seed(f"ifeval:{doc['key']}")
+    try:
+        return _ifeval_utils().process_results({**doc, "kwargs": json.loads(doc["kwargs"])}, results)
+    finally:
+        random.setstate(state)
 
 
 def agg_inst_level_acc(items):
