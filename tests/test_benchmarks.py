@@ -175,7 +175,8 @@ def test_rescoring_cli_on_partial_responses(tmp_path):
     responses.write_text("".join(json.dumps({"id": i, "response": rows[i]["answer"] if i % 2 else "#### -1"}) + "\n"
                                  for i in range(4)))
     out = subprocess.run([sys.executable, "-m", "cactus_bench.score", "data=gsm8k", f"responses={responses}"],
-                         capture_output=True, text=True, check=True)
+                         capture_output=True, text=True, check=True, cwd=tmp_path)
+    assert not list(tmp_path.glob("*.log"))  # nothing left in the working directory
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["scored"] == 4 and result["partial"] and "scored 4 of 1319" in out.stdout
     assert result["metrics"]["exact_match,strict-match"] == 0.5

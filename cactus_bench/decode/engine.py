@@ -223,6 +223,16 @@ class _Clock:
         return dt
 
 
+def _prefill(states: list[_Model], prompt: list[int]) -> None:
+    """Fill each cache with the prompt but its last token (every round feeds the uncached tail)."""
+    if len(prompt) > 1:
+        for st in states:
+            st.forward(torch.tensor([prompt[:-1]], device=st.device), keep=1, prefill=True)
+    for st in states:
+        if st.device.type == "cuda":
+            torch.cuda.synchronize(st.device)
+
+
 # --- the loops ---------------------------------------------------------------------------------------
 
 
@@ -277,12 +287,7 @@ def speculative_generate(
     t_start = time.perf_counter()
     committed = list(prompt)
     with torch.inference_mode():
-        if len(prompt) > 1:
-            prefix = torch.tensor([prompt[:-1]], device=device)
-            dm.forward(prefix.to(dm.device), keep=1, prefill=True)
-            vm.forward(prefix, keep=1, prefill=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        _prefill([dm, vm], prompt)
         prefill = time.perf_counter() - t_start
 
         generated: list[int] = []
@@ -378,10 +383,7 @@ def autoregressive_generate(
     t_start = time.perf_counter()
     committed = list(prompt)
     with torch.inference_mode():
-        if len(prompt) > 1:
-            vm.forward(torch.tensor([prompt[:-1]], device=device), keep=1, prefill=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        _prefill([vm], prompt)
         prefill = time.perf_counter() - t_start
         generated: list[int] = []
         rounds = Rounds()
