@@ -20,7 +20,7 @@ SWEEP_ARGS = $(if $(PAIR),pair=$(PAIR)) $(if $(LIMIT),limit=$(LIMIT)) $(if $(DAT
 	$(if $(M),m=$(M)) $(if $(MAX_GEN_TOKS),max_gen_toks=$(MAX_GEN_TOKS)) $(ARGS)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-slow test-all lint demo reproduce-table1 reproduce-table2 figures embedded bench-rules \
+.PHONY: help install test test-slow test-all lint demo reproduce-table1 reproduce-table2 reproduce-delta-grid figures embedded bench-rules \
 	bench-speed bench-fast device-check-cpu
 
 help:  ## List the targets
@@ -58,6 +58,9 @@ reproduce-table1:  ## Table 1 sweep (GSM8K/IFEval/GPQA x Verifier/SpS/TAS/Cactus
 
 reproduce-table2:  ## Table 2 sweep (Spec-Bench speedup per category, SpS and Cactus vs the verifier); PAIR= LIMIT= ...
 	$(PY) -m cactus_bench.sweep sweeps/table2.yaml $(SWEEP_ARGS)
+
+reproduce-delta-grid:  ## Figure 2 sweep (Cactus over a grid of δ on GPQA); PAIR= LIMIT= DATA= ...
+	$(PY) -m cactus_bench.sweep sweeps/delta_grid.yaml $(SWEEP_ARGS)
 
 figures:  ## Regenerate all figures from stored runs (results/figures)
 	$(PY) -m cactus_bench.report figures

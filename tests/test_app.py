@@ -54,6 +54,22 @@ def test_readme_commands_compose():
     assert cfg.pair.drafter == "embedded:tiny/drafter" and cfg.limit == 3
 
 
+@pytest.mark.parametrize("spec_path", sorted(p for p in (ROOT / "sweeps").glob("*.yaml") if p.stem != "wandb_delta"),
+                         ids=lambda p: p.stem)
+def test_every_sweep_spec_composes_into_valid_runs(spec_path):
+    from cactus_bench.sweep import run_overrides
+
+    spec = load_spec(spec_path)
+    assert spec["rows"] and spec["data"] and spec["columns"]
+    for data in spec["data"]:
+        for row in spec["rows"]:
+            cfg = cfg_of(*run_overrides(spec, row, data))
+            method = validate(cfg)
+            assert method.name == row["method"] and cfg.m == spec["m"]
+            if "delta" in row:
+                assert method.rule.delta == row["delta"]
+
+
 @pytest.mark.parametrize("launcher,target", [("slurm", "SlurmLauncher"), ("local_parallel", "JoblibLauncher")])
 def test_cluster_launchers_compose(launcher, target):
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
