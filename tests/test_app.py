@@ -252,3 +252,14 @@ def test_notebook_regenerates_the_figures_headless(fixture_store, tmp_path):
         for k in env:
             os.environ.pop(k)
     assert list(tmp_path.glob("fig1_tradeoff_*.png"))
+
+
+def test_gated_dataset_without_credentials_fails_before_models_load(monkeypatch):
+    from cactus_bench.benchmarks import data as data_mod
+    from cactus_bench.benchmarks.data import DataError
+
+    monkeypatch.delenv("CACTUS_BENCH_DATA", raising=False)
+    monkeypatch.setattr(data_mod, "_hf_token", lambda: None)
+    monkeypatch.setattr(run_mod, "get_pair", lambda cfg: pytest.fail("loaded a model before the data check"))
+    with pytest.raises(DataError, match="gated"):
+        run_mod.run(cfg_of("data=gpqa"))
