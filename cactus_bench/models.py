@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
           "float16": torch.float16, "fp16": torch.float16}
@@ -110,6 +110,35 @@ def check_vocab(drafter, verifier, tokenizer, drafter_id: str, verifier_id: str)
         )
 
 
+def model_bytes(config, dtype: torch.dtype) -> int:
+    """Weight bytes of a model built from `config` in `dtype`, counted on the meta device (no memory)."""
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters()) * torch.finfo(dtype).bits // 8
+
+
+def free_bytes(device: str) -> int | None:
+    """Memory free for weights on `device` (CUDA: the card's free memory; CPU: available RAM)."""
+    if device.startswith("cuda"):
+        return torch.cuda.mem_get_info(torch.device(device))[0]
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not a POSIX system that reports it
+        return None
+
+
+def check_fits(kind: str, name: str, config, dtype: torch.dtype, device: str, budget: int | None) -> int:
+    """Fail before loading when the weights alone cannot fit (10% headroom for activations and caches)."""
+    need = model_bytes(config, dtype)
+    if budget is not None and need * 1.1 > budget:
+        raise MemoryError(
+            f"{kind} {name!r} needs ~{need / 2**30:.1f} GiB of weights in {str(dtype).replace('torch.', '')} but "
+            f"{device} has ~{budget / 2**30:.1f} GiB free: use a smaller pair or dtype, or spread the verifier "
+            "over several GPUs (pair.verifier_device_map=auto)"
+        )
+    return need
+
+
 def load_pair(
     drafter: str,
     verifier: str,
@@ -121,14 +150,20 @@ def load_pair(
 ) -> Pair:
     """Load drafter and verifier (hub ids or local folders) and check they can decode together.
 
-    Tokenizers are compared before the (expensive) weights load. `verifier_device_map` (e.g. "auto")
-    spreads a verifier that does not fit one GPU across several.
+    Tokenizers are compared, and the weights' size checked against free memory, before the (expensive)
+    weights load. `verifier_device_map` (e.g. "auto") spreads a verifier that does not fit one GPU.
     """
     device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, device)
     tok_d = _load("drafter tokenizer", drafter, AutoTokenizer.from_pretrained, revision=revision)
     tok_v = _load("verifier tokenizer", verifier, AutoTokenizer.from_pretrained, revision=revision)
     check_tokenizers(tok_d, tok_v, drafter, verifier)
+    budget = free_bytes(device)
+    cfg_d = _load("drafter config", drafter, AutoConfig.from_pretrained, revision=revision)
+    budget = None if budget is None else budget - check_fits("drafter", drafter, cfg_d, torch_dtype, device, budget)
+    if verifier_device_map is None:  # a device map spreads the verifier: accelerate plans that itself
+        cfg_v = _load("verifier config", verifier, AutoConfig.from_pretrained, revision=revision)
+        check_fits("verifier", verifier, cfg_v, torch_dtype, device, budget)
     d_model = _load("drafter", drafter, AutoModelForCausalLM.from_pretrained, dtype=torch_dtype,
                     revision=revision).to(device).eval()
     v_kwargs = {"dtype": torch_dtype, "revision": revision}

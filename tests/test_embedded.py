@@ -147,3 +147,21 @@ def test_missing_local_folder_is_a_clear_error(tmp_path):
 def test_unreachable_hub_says_how_to_use_a_local_folder():
     with pytest.raises(OSError, match="point the config at a local folder"):
         load_pair("Qwen/Qwen3-0.6B-not-cached", "Qwen/Qwen3-8B-not-cached")
+
+
+def test_a_pair_that_does_not_fit_fails_before_loading(small_cache, monkeypatch):
+    import cactus_bench.models as models
+
+    _, folder, _ = small_cache
+    monkeypatch.setattr(models, "free_bytes", lambda device: 1000)  # a device with ~1 kB free
+    monkeypatch.setattr(models.AutoModelForCausalLM, "from_pretrained",
+                        lambda *a, **k: pytest.fail("loaded weights that cannot fit"))
+    with pytest.raises(MemoryError, match=r"drafter '.*drafter' needs ~0.0 GiB .* has ~0.0 GiB free"):
+        load_pair(str(folder / "drafter"), str(folder / "verifier"), device="cpu")
+
+
+def test_weight_size_is_counted_without_allocating():
+    from cactus_bench.models import model_bytes, tiny_qwen3
+
+    model = tiny_qwen3(vocab_size=50, hidden_size=32, num_layers=2)
+    assert model_bytes(model.config, torch.bfloat16) == sum(p.numel() for p in model.parameters()) * 2
