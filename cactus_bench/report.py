@@ -78,7 +78,7 @@ def load_spec(path: str | Path, overrides: dict | None = None) -> dict:
     return spec
 
 
-def cell_values(run: Run | None, sps: Run | None, ar: Run | None, spec: dict) -> dict:
+def cell_values(run: Run | None, sps: Run | None, ar: Run | None) -> dict:
     """The metrics one table cell can show for a run, with its references."""
     if run is None:
         return {}
@@ -114,7 +114,7 @@ def build_table(spec: dict, runs: list[Run]) -> tuple[pd.DataFrame, list[str]]:
             if spec.get("kind") == "specbench":
                 records += _specbench_records(spec, data, row, run, ar, paper)
                 continue
-            values = cell_values(run, sps, ar, spec)
+            values = cell_values(run, sps, ar)
             for col in spec["columns"]:
                 records.append({"data": data, "label": row["label"], "metric": col, "ours": values.get(col),
                                 "stderr": values.get("score_stderr") if col == "score" else None,

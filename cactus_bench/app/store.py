@@ -83,10 +83,6 @@ class RunStore:
     def write_summary(self, summary: dict) -> None:
         write_text_atomic(self.folder / "summary.json", json.dumps(summary, indent=1, default=str))
 
-    def summary(self) -> dict | None:
-        path = self.folder / "summary.json"
-        return json.loads(path.read_text()) if path.exists() else None
-
     def write_specbench_answers(self, answers: list[dict]) -> None:
         """Spec-Bench's own answer file (its speed.py reads this)."""
         write_text_atomic(self.folder / "model_answer.jsonl", "".join(json.dumps(a) + "\n" for a in answers))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -93,9 +93,6 @@ class GenerationOutput:
             "t_draft": sum(r.t_draft), "t_verify": sum(r.t_verify), "t_rule": sum(r.t_rule),
             "t_other": sum(r.t_other),
         }
-
-    def to_dict(self) -> dict:
-        return {"tokens": self.tokens, "summary": self.summary(), "rounds": asdict(self.rounds)}
 
 
 # --- model plumbing ---------------------------------------------------------------------------------

@@ -206,15 +206,14 @@ def check_probs(x: Tensor, name: str) -> None:
         raise ValueError(f"{name} rows must sum to 1 (probabilities, not logits); worst row is off by {worst:.3g}")
 
 
-def check_range(rule: str, key: str, value: float, lo: float, hi: float = math.inf, *, lo_open=False) -> float:
+def check_range(rule: str, key: str, value: float, lo: float, hi: float = math.inf) -> float:
     """Validate a numeric rule parameter, naming the valid range in the error."""
     try:
         value = float(value)
     except (TypeError, ValueError):
         raise ValueError(f"{rule}: {key} must be a number; got {value!r}") from None
-    ok = (value > lo if lo_open else value >= lo) and value <= hi and not math.isnan(value)
+    ok = lo <= value <= hi and not math.isnan(value)
     if not ok:
-        left = "(" if lo_open else "["
         right = "]" if hi != math.inf else ")"
-        raise ValueError(f"{rule}: {key} must be in {left}{lo}, {hi}{right}; got {value}")
+        raise ValueError(f"{rule}: {key} must be in [{lo}, {hi}{right}; got {value}")
     return value
