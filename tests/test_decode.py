@@ -59,6 +59,69 @@ def test_kv_rollback_equals_a_fresh_forward(pair, rule, m, static):
     assert seen["rejections"] > 0 and seen["full"] > 0, seen  # both kinds of rollback were exercised
 
 
+# --- sliding-window architectures: rollback past the window ------------------------------------------
+
+WINDOW = 6  # tokens; every run below goes far past it
+
+
+def tiny_sliding(arch: str, hidden: int, layers: int, seed: int):
+    """A random Gemma-2 (sliding and full layers alternate) or Mistral (all layers sliding) with a tiny window."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM, MistralConfig, MistralForCausalLM
+
+    config_cls, model_cls = {"gemma2": (Gemma2Config, Gemma2ForCausalLM),
+                             "mistral": (MistralConfig, MistralForCausalLM)}[arch]
+    cfg = config_cls(vocab_size=24, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                     num_attention_heads=2, num_key_value_heads=1, head_dim=hidden // 2, sliding_window=WINDOW,
+                     max_position_embeddings=512, bos_token_id=None, eos_token_id=None, pad_token_id=None,
+                     initializer_range=0.5)
+    torch.manual_seed(seed)
+    model = model_cls(cfg).double().eval()  # float64 (Gemma-2's eager softmax stays float32: errors ~1e-6)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(30.0)
+    return model
+
+
+@pytest.fixture(scope="module", params=["gemma2", "mistral"])
+def sliding_pair(request):
+    return tiny_sliding(request.param, 16, 2, seed=0), tiny_sliding(request.param, 32, 2, seed=1)
+
+
+def rollback_errors(drafter, verifier, **kw):
+    """Largest |cached − fresh| next-token logit gap of either model after each round."""
+    errors = []
+
+    def check(dm, vm, committed):
+        for state, model in ((dm, drafter), (vm, verifier)):
+            gap = cached_next_logits(state, committed) - fresh_next_logits(model, committed)
+            errors.append(float(gap.abs().max()))
+
+    out = speculative_generate(drafter, verifier, PROMPT, rule="sps", m=3, max_new_tokens=40,
+                               generator=torch.Generator().manual_seed(0), on_round=check, **kw)
+    assert len(out.tokens) == 40 and any(a < d for a, d in zip(out.rounds.accepted, out.rounds.drafted))
+    return errors
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic_cache", "static_cache"])
+def test_rollback_past_the_sliding_window_equals_a_fresh_forward(sliding_pair, static):
+    """The fresh forward applies the window through the model's own cache; ours keeps every position and
+    must still attend to the window only, and roll back exactly."""
+    assert max(rollback_errors(*sliding_pair, static_cache=static)) < 1e-4  # a wrong window: > 1e-2
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic_cache", "static_cache"])
+def test_sliding_window_caches_cannot_roll_back_past_the_window(sliding_pair, static, monkeypatch):
+    """Negative control: the model's own sliding layers either refuse the crop or keep the wrong window."""
+    from transformers import DynamicCache, StaticCache
+
+    monkeypatch.setattr(engine_mod, "_rollback_safe_cache", lambda config, static_len: (
+        DynamicCache(config=config) if static_len is None else StaticCache(config=config, max_cache_len=static_len)))
+    try:
+        worst = max(rollback_errors(*sliding_pair, static_cache=static))
+    except (RuntimeError, IndexError):  # the layer refused the crop, or wrote before its window's start
+        return
+    assert worst > 1e-2
+
+
 # --- lossless: the law of the first L tokens under SpS is the verifier's exact AR law ---------------
 
 V_SMALL, L, M_SMALL, RUNS = 5, 3, 2, 3000

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 from transformers import DynamicCache, StaticCache
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer, StaticLayer, StaticSlidingWindowLayer
 
 from ..rules import Rule, build_rule, sample_weights
 from .warp import Warper
@@ -123,8 +124,7 @@ class _Model:
         self.model = model
         self.device = device
         self.static = static_len is not None
-        self.cache = (StaticCache(config=model.config, max_cache_len=static_len) if self.static
-                      else DynamicCache(config=model.config))
+        self.cache = _rollback_safe_cache(model.config, static_len)
         self.cached = 0  # tokens the cache holds (kept here: asking the cache is slower)
         self.compiled = compiled
         self._compiled = _compiled_forward(model) if compiled else None
@@ -148,6 +148,24 @@ class _Model:
             # negative: tokens to drop (dynamic: slices; static: moves the write position, in place)
             self.cache.crop(length - self.cached)
             self.cached = length
+
+
+def _rollback_safe_cache(config, static_len: int | None):
+    """The model's own cache layout, except that sliding-window layers (Gemma-2, Mistral) keep every position.
+
+    A sliding layer evicts positions older than its window, so once a sequence passes the window a rejected
+    suffix cannot be rolled back: the dynamic layer refuses to crop and the static one silently keeps the
+    wrong window. A full-length layer crops exactly; the window itself is still applied by the model's
+    attention mask, which is built from the config, not from the cache.
+    """
+    if static_len is None:
+        cache = DynamicCache(config=config)
+    else:
+        cache = StaticCache(config=config, max_cache_len=static_len)
+    for i, layer in enumerate(cache.layers):
+        if type(layer) in (DynamicSlidingWindowLayer, StaticSlidingWindowLayer):
+            cache.layers[i] = DynamicLayer() if static_len is None else StaticLayer(max_cache_len=static_len)
+    return cache
 
 
 def _static_len(needed: int) -> int:
