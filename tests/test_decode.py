@@ -59,21 +59,28 @@ def test_kv_rollback_equals_a_fresh_forward(pair, rule, m, static):
     assert seen["rejections"] > 0 and seen["full"] > 0, seen  # both kinds of rollback were exercised
 
 
-# --- sliding-window architectures: rollback past the window ------------------------------------------
+# --- the paper's other architectures (Gemma-2, Llama 3, R1-Distill's Qwen2) and Mistral ------------------
 
 WINDOW = 6  # tokens; every run below goes far past it
+SLIDING = ("gemma2", "mistral")  # Gemma-2 alternates sliding and full layers; Mistral slides everywhere
 
 
-def tiny_sliding(arch: str, hidden: int, layers: int, seed: int):
-    """A random Gemma-2 (sliding and full layers alternate) or Mistral (all layers sliding) with a tiny window."""
-    from transformers import Gemma2Config, Gemma2ForCausalLM, MistralConfig, MistralForCausalLM
+def tiny_family(arch: str, hidden: int, seed: int):
+    """A 2-layer random model of `arch`, float64, with a tiny sliding window or Llama 3's rope scaling."""
+    import transformers as tf
 
-    config_cls, model_cls = {"gemma2": (Gemma2Config, Gemma2ForCausalLM),
-                             "mistral": (MistralConfig, MistralForCausalLM)}[arch]
-    cfg = config_cls(vocab_size=24, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                     num_attention_heads=2, num_key_value_heads=1, head_dim=hidden // 2, sliding_window=WINDOW,
-                     max_position_embeddings=512, bos_token_id=None, eos_token_id=None, pad_token_id=None,
-                     initializer_range=0.5)
+    config_cls, model_cls = {"gemma2": (tf.Gemma2Config, tf.Gemma2ForCausalLM),
+                             "mistral": (tf.MistralConfig, tf.MistralForCausalLM),
+                             "llama3": (tf.LlamaConfig, tf.LlamaForCausalLM),
+                             "qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM)}[arch]
+    extra = {"sliding_window": WINDOW} if arch in SLIDING else {}
+    if arch == "llama3":  # the frequency-dependent scaling of Llama 3.1/3.2, switched on from position 8
+        extra["rope_parameters"] = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
+                                    "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                    "original_max_position_embeddings": 8}
+    cfg = config_cls(vocab_size=24, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
+                     num_attention_heads=2, num_key_value_heads=1, head_dim=hidden // 2, max_position_embeddings=512,
+                     bos_token_id=None, eos_token_id=None, pad_token_id=None, initializer_range=0.5, **extra)
     torch.manual_seed(seed)
     model = model_cls(cfg).double().eval()  # float64 (Gemma-2's eager softmax stays float32: errors ~1e-6)
     with torch.no_grad():
@@ -81,9 +88,9 @@ def tiny_sliding(arch: str, hidden: int, layers: int, seed: int):
     return model
 
 
-@pytest.fixture(scope="module", params=["gemma2", "mistral"])
-def sliding_pair(request):
-    return tiny_sliding(request.param, 16, 2, seed=0), tiny_sliding(request.param, 32, 2, seed=1)
+@pytest.fixture(scope="module", params=[*SLIDING, "llama3", "qwen2"])
+def family_pair(request):
+    return request.param, (tiny_family(request.param, 16, seed=0), tiny_family(request.param, 32, seed=1))
 
 
 def rollback_errors(drafter, verifier, **kw):
@@ -102,21 +109,23 @@ def rollback_errors(drafter, verifier, **kw):
 
 
 @pytest.mark.parametrize("static", [False, True], ids=["dynamic_cache", "static_cache"])
-def test_rollback_past_the_sliding_window_equals_a_fresh_forward(sliding_pair, static):
-    """The fresh forward applies the window through the model's own cache; ours keeps every position and
-    must still attend to the window only, and roll back exactly."""
-    assert max(rollback_errors(*sliding_pair, static_cache=static)) < 1e-4  # a wrong window: > 1e-2
+def test_kv_rollback_equals_a_fresh_forward_in_every_family(family_pair, static):
+    """Past a sliding window too: the fresh forward applies the window through the model's own cache; ours
+    keeps every position, must still attend to the window only, and roll back exactly."""
+    assert max(rollback_errors(*family_pair[1], static_cache=static)) < 1e-4  # a wrong window: > 1e-2
 
 
 @pytest.mark.parametrize("static", [False, True], ids=["dynamic_cache", "static_cache"])
-def test_sliding_window_caches_cannot_roll_back_past_the_window(sliding_pair, static, monkeypatch):
+@pytest.mark.parametrize("arch", SLIDING)
+def test_sliding_window_caches_cannot_roll_back_past_the_window(arch, static, monkeypatch):
     """Negative control: the model's own sliding layers either refuse the crop or keep the wrong window."""
     from transformers import DynamicCache, StaticCache
 
+    pair = tiny_family(arch, 16, seed=0), tiny_family(arch, 32, seed=1)
     monkeypatch.setattr(engine_mod, "_rollback_safe_cache", lambda config, static_len: (
         DynamicCache(config=config) if static_len is None else StaticCache(config=config, max_cache_len=static_len)))
     try:
-        worst = max(rollback_errors(*sliding_pair, static_cache=static))
+        worst = max(rollback_errors(*pair, static_cache=static))
     except (RuntimeError, IndexError):  # the layer refused the crop, or wrote before its window's start
         return
     assert worst > 1e-2
