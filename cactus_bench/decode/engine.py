@@ -336,7 +336,8 @@ def speculative_generate(
             # verify: one forward over the committed tail + k drafts -> q_1..q_{k+1}
             tail = torch.tensor([committed[vm.cached :]], device=device)
             d = torch.stack(drafts, 1).to(device) if k else torch.empty((1, 0), dtype=torch.int64, device=device)
-            v_logits = vm.forward(torch.cat([tail, d], 1), keep=k + 1)[..., :vocab]
+            # .to: a verifier spread by device_map returns logits from its last GPU (a no-op otherwise)
+            v_logits = vm.forward(torch.cat([tail, d], 1), keep=k + 1)[..., :vocab].to(device)
             q = warp(v_logits)
             t_verify = clock.lap()
 
@@ -412,7 +413,7 @@ def autoregressive_generate(
         x = torch.tensor([committed[-1:]], device=device)
         while len(generated) < max_new_tokens:
             clock = _Clock(device, sync_timing)
-            logits = vm.forward(x, keep=1)[:, -1]
+            logits = vm.forward(x, keep=1)[:, -1].to(device)
             t_verify = clock.lap()
             tok = sample_weights(warp(logits), generator)
             t = int(tok)  # the one sync per token
