@@ -145,8 +145,11 @@ class _Model:
     def rollback(self, length: int) -> None:
         """Drop cached positions beyond `length` (a rejected suffix)."""
         if self.cached > length:
-            # negative: tokens to drop (dynamic: slices; static: moves the write position, in place)
-            self.cache.crop(length - self.cached)
+            if self.static:  # move each layer's write position back, in place (compiled graphs hold it);
+                for layer in self.cache.layers:  # StaticLayer.crop does this, but transformers 5.17 lacks it
+                    layer.cumulative_length.sub_(self.cached - length)
+            else:
+                self.cache.crop(length - self.cached)  # negative: the number of tokens to drop
             self.cached = length
 
 
