@@ -20,7 +20,7 @@ SWEEP_ARGS = $(if $(PAIR),pair=$(PAIR)) $(if $(LIMIT),limit=$(LIMIT)) $(if $(DAT
 	$(if $(M),m=$(M)) $(if $(MAX_GEN_TOKS),max_gen_toks=$(MAX_GEN_TOKS)) $(ARGS)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-slow test-all lint demo reproduce-table1 reproduce-table2 reproduce-delta-grid figures embedded bench-rules \
+.PHONY: help install test test-slow test-compat test-all lint demo reproduce-table1 reproduce-table2 reproduce-delta-grid figures embedded bench-rules \
 	bench-speed bench-fast device-check-cpu
 
 help:  ## List the targets
@@ -39,6 +39,16 @@ test:  ## Run the default test suite (offline, a few minutes)
 
 test-slow:  ## Run the slow end-to-end tests (CI runs them after `make test`)
 	$(PY) -m pytest -q -m slow
+
+# The GPU box has transformers 5.17 and nothing but torch: the core's tests run against that version too.
+COMPAT_VENV ?= .venv-compat
+COMPAT_TRANSFORMERS ?= 5.17.0
+test-compat:  ## Run the core's tests (rules, decode) under the GPU box's transformers (COMPAT_TRANSFORMERS)
+	test -x $(COMPAT_VENV)/bin/python || python3 -m venv $(COMPAT_VENV)
+	$(COMPAT_VENV)/bin/pip install -q torch==2.13.0 transformers==$(COMPAT_TRANSFORMERS) pytest
+	$(COMPAT_VENV)/bin/python -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
+	PYTHONPATH=. $(COMPAT_VENV)/bin/python -m pytest -q -m "not slow" -p no:cacheprovider \
+		tests/test_rules_exact.py tests/test_rules_kernel.py tests/test_decode.py
 
 test-all:  ## Run every test, slow ones included
 	$(PY) -m pytest -q
