@@ -78,8 +78,8 @@ figures:  ## Regenerate all figures from stored runs (results/figures)
 bench-rules:  ## Time one verify() per rule at V=151,936 vs a softmax; writes results/bench/rules.*
 	$(PY) scripts/bench_rules.py --out results/bench/rules
 
-bench-speed:  ## Our loop vs HF generate / assisted generation; writes results/bench/speed.*
-	$(PY) scripts/bench_speed.py --out results/bench/speed
+bench-speed:  ## Our loops (eager and fast) vs HF generate / assisted generation; writes results/bench/speed.*
+	$(PY) scripts/bench_speed.py --fast --out results/bench/speed
 
 bench-fast:  ## Fast path (static cache + compile) vs eager on the >=20 ms-verifier CPU pair; results/bench/fast.*
 	$(PY) scripts/bench_fast.py --out results/bench/fast

@@ -5,7 +5,8 @@ methods alike):
   * our SpS loop vs `generate(assistant_model=drafter, do_sample=True)` made fair (constant schedule of
     exactly m draft tokens, confidence threshold 0, explicit generation config);
   * our AR loop vs plain `generate(do_sample=True)`;
-  * our loop's wall time vs the sum of its bare model forwards (the share of time outside the models).
+  * our loop's wall time vs the sum of its bare model forwards (the share of time outside the models);
+  * with --fast, also our fast path (static KV cache + torch.compile) against the same HF figures.
 Prints a Markdown table and writes it (plus JSON with the environment) next to `--out`.
 """
 
@@ -16,6 +17,7 @@ import json
 import statistics
 import time
 from contextlib import contextmanager
+from functools import partial
 
 import torch
 from transformers import GenerationConfig
@@ -101,19 +103,18 @@ def run_pair(name, args):
     g = torch.Generator().manual_seed(args.seed)
     prompts = [torch.randint(0, vocab, (args.prompt_len,), generator=g).tolist() for _ in range(args.prompts)]
     sampling = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
-    rows = {k: [] for k in ("ours_sps", "hf_assisted", "ours_ar", "hf_generate")}
 
-    def ours_sps(ids, seed):
+    def ours_sps(ids, seed, **engine_kw):
         with forward_timer() as spent:
             out = speculative_generate(drafter, verifier, ids, rule="sps", m=args.m, max_new_tokens=args.new_tokens,
-                                       generator=torch.Generator().manual_seed(seed), **sampling)
+                                       generator=torch.Generator().manual_seed(seed), **sampling, **engine_kw)
         s = out.summary()
         return {"tokens": s["new_tokens"], "wall": out.wall_time, "tau": s["tau"], "al": s["accepted_length"],
                 "fwd_share": spent["t"] / out.wall_time}
 
-    def ours_ar(ids, seed):
+    def ours_ar(ids, seed, **engine_kw):
         out = autoregressive_generate(verifier, ids, max_new_tokens=args.new_tokens,
-                                      generator=torch.Generator().manual_seed(seed), **sampling)
+                                      generator=torch.Generator().manual_seed(seed), **sampling, **engine_kw)
         return {"tokens": len(out.tokens), "wall": out.wall_time, "tau": 1.0}
 
     methods = {
@@ -122,8 +123,13 @@ def run_pair(name, args):
         "ours_ar": ours_ar,
         "hf_generate": lambda ids, seed: hf_generate(verifier, None, ids, args, seed),
     }
-    for fn in methods.values():  # warm-up: allocator, kernels, HF's lazy setup
-        fn(prompts[0], 0)
+    if args.fast:
+        methods["ours_sps_fast"] = partial(ours_sps, compile=True)
+        methods["ours_ar_fast"] = partial(ours_ar, compile=True)
+    rows = {k: [] for k in methods}
+    for fn in methods.values():  # warm-up: allocator, kernels, HF's lazy setup, compiled graphs
+        for _ in range(2):  # twice: the compiled bonus/rollback shapes settle on the second call
+            fn(prompts[0], 0)
     for i, ids in enumerate(prompts):
         for key, fn in methods.items():
             rows[key].append(fn(ids, args.seed + i))
@@ -146,7 +152,10 @@ def run_pair(name, args):
         return out
 
     res = {k: agg(k) for k in rows}
-    return {
+    fast = {"fast_sps_vs_hf_assisted": res["ours_sps_fast"]["tokens_per_s"] / res["hf_assisted"]["tokens_per_s"],
+            "fast_ar_vs_hf_generate": res["ours_ar_fast"]["tokens_per_s"] / res["hf_generate"]["tokens_per_s"],
+            } if args.fast else {}
+    return {**fast,
         "pair": name, "verifier_params_M": sum(p.numel() for p in verifier.parameters()) / 1e6,
         "drafter_params_M": sum(p.numel() for p in drafter.parameters()) / 1e6, "verify_forward_ms": verify_ms,
         "methods": res,
@@ -170,6 +179,7 @@ def main():
     ap.add_argument("--top-p", type=float, default=0.95)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    ap.add_argument("--fast", action="store_true", help="also time our fast path (compiles: ~1 min per pair)")
     ap.add_argument("--out", default="results/bench/speed")
     args = ap.parse_args()
     if args.threads:
@@ -194,10 +204,19 @@ def main():
             f"**{r['ar_vs_hf_generate']:.2f}x** | {r['sps_vs_ours_ar']:.2f}x | "
             f"{100 * r['outside_forward_share']:.1f}% / {100 * r['hf_assisted_outside_forward_share']:.1f}% |"
         )
+    if args.fast:
+        lines += ["", "Our fast path (static KV cache + torch.compile), same run, prompts and seeds:", "",
+                  "| pair | ours fast SpS tok/s | **vs HF assisted** | ours fast AR tok/s | **vs HF generate** |",
+                  "|---|---|---|---|---|"]
+        for r in results:
+            m = r["methods"]
+            lines.append(f"| {r['pair']} | {m['ours_sps_fast']['tokens_per_s']:.1f} | "
+                         f"**{r['fast_sps_vs_hf_assisted']:.2f}x** | {m['ours_ar_fast']['tokens_per_s']:.1f} | "
+                         f"**{r['fast_ar_vs_hf_generate']:.2f}x** |")
     env = environment_info()
     lines += ["", f"torch {torch.__version__}, {torch.get_num_threads()} threads, load avg "
               f"{env['hardware'].get('load_avg')}; command: `python scripts/bench_speed.py "
-              f"--m {args.m} --prompts {args.prompts} --new-tokens {args.new_tokens}`"]
+              f"--m {args.m} --prompts {args.prompts} --new-tokens {args.new_tokens}{' --fast' if args.fast else ''}`"]
     table = "\n".join(lines)
     print(table)
     write_text_atomic(args.out + ".md", table + "\n")
