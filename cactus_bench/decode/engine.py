@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
-from transformers import DynamicCache, StaticCache, cache_utils
-from transformers.cache_utils import DynamicLayer, StaticLayer
+from transformers import DynamicCache, StaticCache
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer, StaticLayer, StaticSlidingWindowLayer
 
 from ..rules import Rule, build_rule, sample_weights
 from .warp import Warper
@@ -153,12 +153,6 @@ class _Model:
             self.cached = length
 
 
-# by name: the static one was called SlidingWindowLayer before transformers 5 (the GPU box runs 5.17)
-_SLIDING_LAYERS = tuple(getattr(cache_utils, name) for name in
-                        ("DynamicSlidingWindowLayer", "StaticSlidingWindowLayer", "SlidingWindowLayer")
-                        if hasattr(cache_utils, name))
-
-
 def _rollback_safe_cache(config, static_len: int | None):
     """The model's own cache layout, except that sliding-window layers (Gemma-2, Mistral) keep every position.
 
@@ -172,7 +166,7 @@ def _rollback_safe_cache(config, static_len: int | None):
     else:
         cache = StaticCache(config=config, max_cache_len=static_len)
     for i, layer in enumerate(cache.layers):
-        if type(layer) in _SLIDING_LAYERS:
+        if type(layer) in (DynamicSlidingWindowLayer, StaticSlidingWindowLayer):
             cache.layers[i] = DynamicLayer() if static_len is None else StaticLayer(max_cache_len=static_len)
     return cache
 
