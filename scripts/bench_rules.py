@@ -1,5 +1,6 @@
-"""Micro-benchmark: one `verify` call per rule at B = 1, V = 151,936 (Qwen3), m ∈ {5, 10, 20}, beside one
-softmax over the same [1, m+1, V] tensor (the floor a rule kernel is compared with)."""
+"""Micro-benchmark: one `verify` call per rule, as the decode engine makes it (no value checks, realised KL
+on), at B = 1, V = 151,936 (Qwen3), m ∈ {5, 10, 20}, beside one softmax over the same [1, m+1, V] tensor
+(the floor a rule kernel is compared with)."""
 
 import argparse
 import json
@@ -53,7 +54,8 @@ def main():
         for name, params in RULES:
             rule = build_rule(name, **params)
             label = name + (f"[{params['variant']}]" if "variant" in params else "")
-            t = timeit(lambda: rule.verify(p, q, d, g, check=False, draft_raw=p, target_raw=q), device, args.repeat)
+            t = timeit(lambda: rule.verify(p, q, d, g, check=False, return_kl=True, draft_raw=p,
+                                                   target_raw=q), device, args.repeat)
             rows.append({"rule": label, "m": m, "ms": t * 1e3, "x_softmax": t / floor})
     lines = [f"# verify() time per call, B=1, V={args.vocab}, {device.type} ({platform.processor() or 'cpu'}), "
              f"torch {torch.__version__}, {torch.get_num_threads()} threads", "",

@@ -61,7 +61,9 @@ class Rule:
     Rules that verify against a target ``h`` also implement ``target`` (used for the realised KL).
     Rules whose definition reads un-tempered probabilities set ``needs_raw = True`` and take
     ``p_raw``/``q_raw`` keyword arguments (the decode engine then passes the softmax of raw logits;
-    without them the warped probabilities stand in).
+    without them the warped probabilities stand in). A per-position quantity that several of the
+    functions need (mentored's β) can be computed once in ``prepare``: ``verify`` passes its result back
+    to them as keyword arguments, and each function still computes it itself when called without.
     """
 
     name: ClassVar[str] = ""
@@ -76,6 +78,10 @@ class Rule:
 
     def target(self, p: Tensor, q: Tensor, n: Tensor, **raw: Tensor) -> Tensor | None:
         return None
+
+    def prepare(self, p: Tensor, q: Tensor, **raw: Tensor) -> dict[str, Tensor]:
+        """Per-position tensors [..., ] shared by the functions above, computed once per ``verify``."""
+        return {}
 
     def realised_kl(self, p: Tensor, q: Tensor, n: Tensor, **raw: Tensor) -> Tensor | None:
         """KL(h || q) per position for the target actually verified against; None for target-free rules."""
@@ -127,22 +133,23 @@ class Rule:
         if check:
             check_probs(draft_probs, "draft_probs")
             check_probs(target_probs, "target_probs")
-        raw = self._raw_kwargs(draft_raw, target_raw, m)
         q = target_probs[:, :m]
+        extra = self._raw_kwargs(draft_raw, target_raw, m)  # raw probabilities, then prepared per-position values
+        extra.update(self.prepare(draft_probs, q, **extra))
         device = draft_probs.device
 
         if m == 0:  # nothing drafted (e.g. one token of budget left): a plain verifier sample
             n_acc = torch.zeros(B, dtype=torch.int64, device=device)
             last = sample_weights(target_probs[:, 0], generator)
         else:
-            a = self.accept_prob(draft_probs, q, draft_tokens, **raw)  # [B, m]
+            a = self.accept_prob(draft_probs, q, draft_tokens, **extra)  # [B, m]
             u = torch.rand((B, m), generator=generator, device=device, dtype=a.dtype)
             n_acc = torch.cumprod((u < a).to(torch.int64), dim=-1).sum(-1)  # accepted before 1st rejection
             # The one sampled token sits at position n_acc: recovery there, or the bonus when n_acc == m.
             rows = torch.arange(B, device=device)
             j = n_acc.clamp(max=m - 1)
-            row_raw = {k: v[rows, j] for k, v in raw.items()}
-            rec = self.recovery_weights(draft_probs[rows, j], q[rows, j], draft_tokens[rows, j], **row_raw)
+            row = {k: v[rows, j] for k, v in extra.items()}
+            rec = self.recovery_weights(draft_probs[rows, j], q[rows, j], draft_tokens[rows, j], **row)
             last = sample_weights(torch.where((n_acc == m).unsqueeze(-1), target_probs[:, m], rec), generator)
 
         pos = torch.arange(m + 1, device=device)
@@ -151,7 +158,7 @@ class Rule:
         emitted.scatter_(1, n_acc.unsqueeze(-1), last.unsqueeze(-1))
         if not return_kl:
             return emitted, n_acc
-        kl_pos = self.realised_kl(draft_probs, q, draft_tokens, **raw) if m > 0 else None
+        kl_pos = self.realised_kl(draft_probs, q, draft_tokens, **extra) if m > 0 else None
         return emitted, n_acc, kl_pos
 
     def _raw_kwargs(self, draft_raw: Tensor | None, target_raw: Tensor | None, m: int) -> dict:

@@ -40,12 +40,17 @@ class Mentored(Rule):
             lo = torch.where(ok, lo, mid)
         return hi
 
-    def accept_prob(self, p, q, n, **raw):
-        return general_accept(gather_last(q, n) / self.beta(p, q), gather_last(p, n))
+    def prepare(self, p, q, **raw):
+        return {"beta": self.beta(p, q)}  # one bisection per position, shared by the three functions below
 
-    def residual(self, p, q, n, **raw):
-        return (q - self.beta(p, q).unsqueeze(-1) * p).clamp(min=0)
+    def accept_prob(self, p, q, n, beta=None, **raw):
+        beta = self.beta(p, q) if beta is None else beta
+        return general_accept(gather_last(q, n) / beta, gather_last(p, n))
 
-    def target(self, p, q, n, **raw):
+    def residual(self, p, q, n, beta=None, **raw):
+        beta = self.beta(p, q) if beta is None else beta
+        return (q - beta.unsqueeze(-1) * p).clamp(min=0)
+
+    def target(self, p, q, n, beta=None, **raw):
         """The law this rule emits (it has no separate target): the realised KL is KL(P_out ‖ q)."""
-        return mentored_law(p, q, self.beta(p, q))
+        return mentored_law(p, q, self.beta(p, q) if beta is None else beta)
