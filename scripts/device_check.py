@@ -10,9 +10,11 @@ measures:
   * one full speculative round vs the sum of its model forwards (overhead %), eager and fast paths;
   * eager vs fast token equality;
   * the speedup a cost model predicts at the paper's accepted lengths.
-Writes <out>.json and <out>.md.
+Writes <out>.json and <out>.md after every section, so a crash or a device time limit keeps what was
+measured; the issue's targets (AR bandwidth, token equality, loop overhead) are measured first.
 
     python scripts/device_check.py --out results/gpu/h200              # on the GPU machine
+    python scripts/device_check.py --out $OUT/h200                     # the lent device (files come back from $OUT)
     python scripts/device_check.py --small --out results/gpu/cpu_small  # CPU dry run
 """
 
@@ -81,7 +83,8 @@ def forward_times(model, device, context: int, sizes: list[int], static: bool, c
     out = {}
     prompt = torch.randint(0, model.config.vocab_size, (1, context), device=device)
     for n in sizes:
-        state = engine._Model(model, device, context + n + 1 if (static or compile) else None,
+        # the cache-size bucket the decode loops use, so these compiled graphs are the ones they reuse
+        state = engine._Model(model, device, engine._static_len(context + n + 1) if (static or compile) else None,
                               frozenset({(n, n)}) if compile else frozenset())
         with torch.inference_mode():
             state.forward(prompt, keep=1, prefill=True)
@@ -147,15 +150,25 @@ def main():
     prompt = torch.randint(0, v_shape["vocab_size"], (args.context,), generator=torch.Generator().manual_seed(0))
     prompt = prompt.tolist()
 
+    out = Path(args.out)
+
+    def save(section: str) -> None:
+        """Write what is measured so far: a crash or the device's time limit later loses nothing."""
+        report["seconds"] = time.perf_counter() - t0
+        write_text_atomic(out.with_suffix(".json"), json.dumps(report, indent=1, default=str))
+        write_text_atomic(out.with_suffix(".md"), markdown(report))
+        log(f"[{report['seconds']:.0f}s] {section}: {json.dumps(report[section], default=str)}")
+
+    # The issue's targets first (AR bandwidth, eager = fast tokens, loop overhead), then the details.
     # 1. AR ms/token and bandwidth
     ar = {}
     for label, kw in (("eager", {}), ("fast", fast)):
         autoregressive_generate(verifier, prompt, max_new_tokens=8, generator=torch.Generator(device).manual_seed(0),
                                 **kw)
-        out = autoregressive_generate(verifier, prompt, max_new_tokens=args.ar_tokens,
-                                      generator=torch.Generator(device).manual_seed(0), **kw)
-        ms = 1e3 * (out.wall_time - out.prefill_time) / len(out.tokens)
-        ar[label] = {"ms_per_token": ms, "tokens": out.tokens}
+        out_ar = autoregressive_generate(verifier, prompt, max_new_tokens=args.ar_tokens,
+                                         generator=torch.Generator(device).manual_seed(0), **kw)
+        ms = 1e3 * (out_ar.wall_time - out_ar.prefill_time) / len(out_ar.tokens)
+        ar[label] = {"ms_per_token": ms, "tokens": out_ar.tokens}
     param_bytes = sum(p.numel() * p.element_size() for p in verifier.parameters())
     kv_bytes = 2 * v_shape["num_hidden_layers"] * v_shape["num_key_value_heads"] * v_shape["head_dim"] * \
         args.context * torch.finfo(dtype).bits // 8
@@ -165,9 +178,28 @@ def main():
         row["bandwidth_pct_of_peak"] = 100 * row["bandwidth_GBps"] * 1e9 / peak if peak else None
     report["ar"] = {k: {x: y for x, y in v.items() if x != "tokens"} for k, v in ar.items()}
     report["ar"]["weights_GB"] = param_bytes / 1e9
-    log(f"AR: {json.dumps(report['ar'])}")
+    save("ar")
 
-    # 2. drafter step and verify(m+1)
+    # 2. eager vs fast token equality
+    same = {}
+    for temperature in (0.0, 0.6):
+        toks = [speculative_generate(drafter, verifier, prompt, rule="cactus", m=args.m[0], max_new_tokens=48,
+                                     temperature=temperature, top_k=20, top_p=0.95,
+                                     generator=torch.Generator(device).manual_seed(1), **kw).tokens
+                for kw in ({}, fast)]
+        same[f"T={temperature}"] = toks[0] == toks[1]
+    same["ar_T=0.6"] = ar["eager"]["tokens"] == ar["fast"]["tokens"]
+    report["eager_equals_fast"] = same
+    save("eager_equals_fast")
+
+    # 3. full round vs the sum of its forwards
+    report["rounds"] = {}
+    for m in args.m:
+        report["rounds"][m] = {label: round_overhead(drafter, verifier, device, prompt, m, 4 * m, **kw)
+                               for label, kw in (("eager", {}), ("fast", fast))}
+    save("rounds")
+
+    # 4. drafter step and verify(m+1)
     sizes = sorted({1, 2, *[m + 1 for m in args.m]})
     report["forward_ms"] = {}
     for label, kw in (("eager", {"static": False, "compile": False}), ("fast", {"static": True,
@@ -176,9 +208,9 @@ def main():
             "drafter_step": 1e3 * forward_times(drafter, device, args.context, [1], **kw)[1],
             "verify": {n - 1: 1e3 * t for n, t in forward_times(verifier, device, args.context, sizes, **kw).items()},
         }
-    log(f"forwards: {json.dumps(report['forward_ms'])}")
+    save("forward_ms")
 
-    # 3. rule kernels at V = 151,936
+    # 5. rule kernels at V = 151,936
     V = 151_936
     g = torch.Generator(device).manual_seed(0)
     report["rules_ms"] = {}
@@ -189,25 +221,9 @@ def main():
         row = {"softmax": 1e3 * median_time(lambda: torch.softmax(q, -1), device)}
         for name in ("sps", "cactus", "tas", "topk"):
             rule = build_rule(name)
-            row[name] = 1e3 * median_time(lambda: rule.verify(p, q, d, g, check=False), device)
+            row[name] = 1e3 * median_time(lambda: rule.verify(p, q, d, g, check=False, return_kl=True), device)
         report["rules_ms"][m] = row
-    log(f"rules: {json.dumps(report['rules_ms'])}")
-
-    # 4. full round vs sum of forwards; 5. eager vs fast token equality
-    report["rounds"] = {}
-    for m in args.m:
-        report["rounds"][m] = {label: round_overhead(drafter, verifier, device, prompt, m, 4 * m, **kw)
-                               for label, kw in (("eager", {}), ("fast", fast))}
-    log(f"rounds: {json.dumps(report['rounds'])}")
-    same = {}
-    for temperature in (0.0, 0.6):
-        toks = [speculative_generate(drafter, verifier, prompt, rule="cactus", m=args.m[0], max_new_tokens=48,
-                                     temperature=temperature, top_k=20, top_p=0.95,
-                                     generator=torch.Generator(device).manual_seed(1), **kw).tokens
-                for kw in ({}, fast)]
-        same[f"T={temperature}"] = toks[0] == toks[1]
-    same["ar_T=0.6"] = ar["eager"]["tokens"] == ar["fast"]["tokens"]
-    report["eager_equals_fast"] = same
+    save("rules_ms")
 
     # 6. cost model: speedup = τ · t_ar / (m · t_draft + t_verify(m+1) + loop overhead)
     report["cost_model"] = {}
@@ -222,45 +238,49 @@ def main():
             round_ms = m * f["drafter_step"] + f["verify"][m] + extra
             report["cost_model"].setdefault(label, {})[m] = {name: (al + 1) * t_ar / round_ms
                                                              for name, al in als.items()}
-    report["seconds"] = time.perf_counter() - t0
-    out = Path(args.out)
-    write_text_atomic(out.with_suffix(".json"), json.dumps(report, indent=1, default=str))
-    write_text_atomic(out.with_suffix(".md"), markdown(report))
+    save("cost_model")
     print(markdown(report))
 
 
 def markdown(r: dict) -> str:
+    """The report as Markdown tables; sections not measured yet (a partial save) are left out."""
     lines = [f"# Device check: {r['drafter']} + {r['verifier']} on {r['device']} ({r['dtype']}), "
              f"context {r['context']}", ""]
-    lines += ["| AR (verifier alone) | ms/token | GB/s | % of peak |", "|---|---|---|---|"]
-    for label in ("eager", "fast"):
-        a = r["ar"][label]
-        pct = f"{a['bandwidth_pct_of_peak']:.0f}%" if a["bandwidth_pct_of_peak"] else "–"
-        lines.append(f"| {label} | {a['ms_per_token']:.2f} | {a['bandwidth_GBps']:.0f} | {pct} |")
-    lines += ["", "| forwards (ms) | drafter step | " + " | ".join(f"verify m={m}" for m in r["forward_ms"]["eager"]
-                                                               ["verify"]) + " |",
-              "|---|---|" + "---|" * len(r["forward_ms"]["eager"]["verify"])]
-    for label, f in r["forward_ms"].items():
-        lines.append(f"| {label} | {f['drafter_step']:.2f} | " + " | ".join(f"{v:.2f}" for v in f["verify"].values())
-                     + " |")
-    lines += ["", "| rule kernel ms (V=151,936) | " + " | ".join(next(iter(r["rules_ms"].values()))) + " |",
-              "|---|" + "---|" * len(next(iter(r["rules_ms"].values())))]
-    for m, row in r["rules_ms"].items():
-        lines.append(f"| m={m} | " + " | ".join(f"{v:.3f}" for v in row.values()) + " |")
-    lines += ["", "| round (Cactus, T=0.6) | path | round ms | in forwards ms | outside forwards | tok/s |",
-              "|---|---|---|---|---|---|"]
-    for m, paths in r["rounds"].items():
-        for label, x in paths.items():
-            lines.append(f"| m={m} | {label} | {x['round_ms']:.2f} | {x['forward_ms']:.2f} | "
-                         f"{x['overhead_pct']:.1f}% | {x['tokens_per_s']:.1f} |")
-    lines += ["", f"eager vs fast, same seed, same tokens: {r['eager_equals_fast']}", "",
-              "Predicted speedup over the verifier alone (cost model, measured forwards and loop overhead):"]
-    for m in sorted({m for by_m in r["cost_model"].values() for m in by_m}):
-        names = list(next(by_m[m] for by_m in r["cost_model"].values() if m in by_m))
-        lines += ["", f"| m={m} | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
-        for label, by_m in r["cost_model"].items():
-            if m in by_m:
-                lines.append(f"| {label} | " + " | ".join(f"{by_m[m][n]:.2f}×" for n in names) + " |")
+    if "ar" in r:
+        lines += ["| AR (verifier alone) | ms/token | GB/s | % of peak |", "|---|---|---|---|"]
+        for label in ("eager", "fast"):
+            a = r["ar"][label]
+            pct = f"{a['bandwidth_pct_of_peak']:.0f}%" if a["bandwidth_pct_of_peak"] else "–"
+            lines.append(f"| {label} | {a['ms_per_token']:.2f} | {a['bandwidth_GBps']:.0f} | {pct} |")
+    if "eager_equals_fast" in r:
+        lines += ["", f"eager vs fast, same seed, same tokens: {r['eager_equals_fast']}"]
+    if "rounds" in r:
+        lines += ["", "| round (Cactus, T=0.6) | path | round ms | in forwards ms | outside forwards | tok/s |",
+                  "|---|---|---|---|---|---|"]
+        for m, paths in r["rounds"].items():
+            for label, x in paths.items():
+                lines.append(f"| m={m} | {label} | {x['round_ms']:.2f} | {x['forward_ms']:.2f} | "
+                             f"{x['overhead_pct']:.1f}% | {x['tokens_per_s']:.1f} |")
+    if "forward_ms" in r:
+        verify_ms = r["forward_ms"]["eager"]["verify"]
+        lines += ["", "| forwards (ms) | drafter step | " + " | ".join(f"verify m={m}" for m in verify_ms) + " |",
+                  "|---|---|" + "---|" * len(verify_ms)]
+        for label, f in r["forward_ms"].items():
+            lines.append(f"| {label} | {f['drafter_step']:.2f} | "
+                         + " | ".join(f"{v:.2f}" for v in f["verify"].values()) + " |")
+    if "rules_ms" in r:
+        names = list(next(iter(r["rules_ms"].values())))
+        lines += ["", "| rule kernel ms (V=151,936) | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+        for m, row in r["rules_ms"].items():
+            lines.append(f"| m={m} | " + " | ".join(f"{v:.3f}" for v in row.values()) + " |")
+    if "cost_model" in r:
+        lines += ["", "Predicted speedup over the verifier alone (cost model, measured forwards and loop overhead):"]
+        for m in sorted({m for by_m in r["cost_model"].values() for m in by_m}):
+            names = list(next(by_m[m] for by_m in r["cost_model"].values() if m in by_m))
+            lines += ["", f"| m={m} | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+            for label, by_m in r["cost_model"].items():
+                if m in by_m:
+                    lines.append(f"| {label} | " + " | ".join(f"{by_m[m][n]:.2f}×" for n in names) + " |")
     lines.append(f"\n(took {r['seconds']:.0f}s; torch {r['env']['packages'].get('torch')}, "
                  f"transformers {r['env']['packages'].get('transformers')})")
     return "\n".join(lines) + "\n"
