@@ -6,6 +6,7 @@ import argparse
 import json
 import platform
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -54,8 +55,8 @@ def main():
         for name, params in RULES:
             rule = build_rule(name, **params)
             label = name + (f"[{params['variant']}]" if "variant" in params else "")
-            t = timeit(lambda: rule.verify(p, q, d, g, check=False, return_kl=True, draft_raw=p,
-                                                   target_raw=q), device, args.repeat)
+            call = partial(rule.verify, p, q, d, g, check=False, return_kl=True, draft_raw=p, target_raw=q)
+            t = timeit(call, device, args.repeat)
             rows.append({"rule": label, "m": m, "ms": t * 1e3, "x_softmax": t / floor})
     lines = [f"# verify() time per call, B=1, V={args.vocab}, {device.type} ({platform.processor() or 'cpu'}), "
              f"torch {torch.__version__}, {torch.get_num_threads()} threads", "",

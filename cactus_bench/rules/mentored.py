@@ -43,14 +43,15 @@ class Mentored(Rule):
     def prepare(self, p, q, **raw):
         return {"beta": self.beta(p, q)}  # one bisection per position, shared by the three functions below
 
+    def _beta(self, p, q, prepared):
+        return self.beta(p, q) if prepared is None else prepared
+
     def accept_prob(self, p, q, n, beta=None, **raw):
-        beta = self.beta(p, q) if beta is None else beta
-        return general_accept(gather_last(q, n) / beta, gather_last(p, n))
+        return general_accept(gather_last(q, n) / self._beta(p, q, beta), gather_last(p, n))
 
     def residual(self, p, q, n, beta=None, **raw):
-        beta = self.beta(p, q) if beta is None else beta
-        return (q - beta.unsqueeze(-1) * p).clamp(min=0)
+        return (q - self._beta(p, q, beta).unsqueeze(-1) * p).clamp(min=0)
 
     def target(self, p, q, n, beta=None, **raw):
         """The law this rule emits (it has no separate target): the realised KL is KL(P_out ‖ q)."""
-        return mentored_law(p, q, self.beta(p, q) if beta is None else beta)
+        return mentored_law(p, q, self._beta(p, q, beta))
