@@ -9,6 +9,7 @@ from omegaconf import DictConfig
 from .app.config import ConfigError
 from .app.run import run
 from .benchmarks.data import DataError
+from .metrics import METRICS
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -19,8 +20,8 @@ def main(cfg: DictConfig) -> None:
     except (ConfigError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    keys = ("samples", "score", "score_stderr", "accepted_length", "tau", "acceptance_rate", "realised_kl",
-            "tokens_per_s")
+    keys = ["samples"] + [k for m in METRICS.values() if m.cli for k in (m.name, f"{m.name}_stderr")
+                          if k in summary or k == m.name]
     print("  ".join(f"{k}={summary[k]:.4g}" if isinstance(summary.get(k), float) else f"{k}={summary.get(k)}"
                     for k in keys))
 

@@ -22,10 +22,9 @@ import yaml
 
 from . import metrics
 from .benchmarks import specbench
+from .methods import BASELINE, is_baseline
 
 RESULTS = Path(os.environ.get("CACTUS_BENCH_RESULTS", "results"))
-LABELS = {"score": "score", "accepted_length": "AL", "tau": "τ", "rej": "Rej %", "acceptance_rate": "acc. rate",
-          "realised_kl": "KL", "speedup": "speedup", "tokens_per_s": "tok/s"}
 
 
 @dataclass
@@ -43,11 +42,15 @@ class Run:
             self._samples = [json.loads(x) for x in lines if x.strip()]
         return self._samples
 
+    @property
+    def is_baseline(self) -> bool:
+        return is_baseline(self.config["method"]["name"])
+
     def matches(self, pair: str, data: str, method: str, params: dict, m: int | None, seed: int) -> bool:
         c = self.config
         if (c["pair"]["name"], c["data"]["name"], c["method"]["name"], c["seed"]) != (pair, data, method, seed):
             return False
-        if method != "ar" and m is not None and c["m"] != m:
+        if not is_baseline(method) and m is not None and c["m"] != m:
             return False
         return all(c["method"]["params"].get(k) == v for k, v in params.items())
 
@@ -79,19 +82,20 @@ def load_spec(path: str | Path, overrides: dict | None = None) -> dict:
 
 
 def cell_values(run: Run | None, sps: Run | None, ar: Run | None) -> dict:
-    """The metrics one table cell can show for a run, with its references."""
+    """Every metric one table cell can show for a run: its summary's, and the relative ones against the
+    reference runs (SpS for Rej, the verifier alone for speedup) where those exist."""
     if run is None:
         return {}
     s = run.summary
-    out = {k: s.get(k) for k in ("score", "score_stderr", "accepted_length", "tau", "acceptance_rate",
-                                 "realised_kl", "tokens_per_s")}
-    if run.config["method"]["name"] == "ar":
+    out = {m.name: s.get(m.name) for m in metrics.METRICS.values() if m.relative is None}
+    out["score_stderr"] = s.get("score_stderr")
+    if run.is_baseline:
         out.update(accepted_length=None, tau=1.0)
-    elif sps is not None:
-        out["rej"] = metrics.rej(run.samples, sps.samples)
-    if ar is not None and run is not ar:
-        sp = metrics.speedup(run.samples, ar.samples)
-        out["speedup"] = sp["throughput"] if sp else None
+        return out
+    refs = {"sps": sps.samples if sps is not None else None, "baseline": ar.samples if ar is not None else None}
+    for m in metrics.METRICS.values():
+        if m.relative is not None:
+            out[m.name] = metrics.relative(m, run.samples, refs)
     return out
 
 
@@ -102,7 +106,7 @@ def build_table(spec: dict, runs: list[Run]) -> tuple[pd.DataFrame, list[str]]:
     for data in spec["data"]:
         ref = {"pair": spec["pair"], "data": data, "seed": spec.get("seed", 0)}
         sps = find(runs, method="sps", m=spec["m"], **ref)
-        ar = find(runs, method="ar", **ref)
+        ar = find(runs, method=BASELINE, **ref)
         if sps is None:
             notes.append(f"{data}: no SpS run (pair {spec['pair']}, m={spec['m']}): Rej not computed")
         if ar is None:
@@ -140,13 +144,11 @@ def _paper_value(paper, spec, data, row, col, category=None):
 def _specbench_records(spec, data, row, run, ar, paper):
     if run is None:
         return []
-    answers = [s["answer"] for s in run.samples]
-    base = [s["answer"] for s in ar.samples] if ar is not None else None
-    table = specbench.speed_metrics(answers, base)
+    table = specbench.speed_metrics(run.samples, ar.samples if ar is not None else None)
     out = []
     for category, vals in table.items():
         for col in spec["columns"]:
-            ours = vals.get(col) if not (row["method"] == "ar" and col == "speedup") else 1.0
+            ours = 1.0 if (run.is_baseline and col == "speedup") else vals.get(col)
             out.append({"data": category, "label": row["label"], "metric": col, "ours": ours, "stderr": None,
                         "paper": _paper_value(paper, spec, data, row, col, category)})
     return out
@@ -155,11 +157,11 @@ def _specbench_records(spec, data, row, run, ar, paper):
 def _fmt(x, metric):
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "–"
-    if metric == "rej":
-        return f"{x:+.0f}%"
-    if metric == "speedup":
-        return f"{x:.2f}×"
-    return f"{x:.2f}" if metric in ("score", "accepted_length", "tau") else f"{x:.3g}"
+    return metrics.METRICS.get(metric).format(x) if metric in metrics.METRICS else f"{x:.3g}"
+
+
+def _label(metric: str) -> str:
+    return metrics.METRICS.get(metric).label if metric in metrics.METRICS else metric
 
 
 def wide(df: pd.DataFrame) -> pd.DataFrame:
@@ -172,7 +174,7 @@ def wide(df: pd.DataFrame) -> pd.DataFrame:
             text += f" ({_fmt(r['paper'], r['metric'])})"
         return text
 
-    df = df.assign(cell=df.apply(cell, axis=1), column=df["data"] + " " + df["metric"].map(LABELS))
+    df = df.assign(cell=df.apply(cell, axis=1), column=df["data"] + " " + df["metric"].map(_label))
     order = list(dict.fromkeys(df["label"]))
     return df.pivot(index="label", columns="column", values="cell").reindex(order)[list(dict.fromkeys(df["column"]))]
 
@@ -203,6 +205,7 @@ def _runs_frame(runs: list[Run]) -> pd.DataFrame:
     for r in runs:
         s, c = r.summary, r.config
         rows.append({"pair": c["pair"]["name"], "data": c["data"]["name"], "method": c["method"]["name"],
+                     "baseline": r.is_baseline,
                      "delta": c["method"]["params"].get("delta"), "m": c["m"], "seed": c["seed"],
                      "score": s.get("score"), "score_stderr": s.get("score_stderr"),
                      "accepted_length": s.get("accepted_length"), "tokens_per_s": s.get("tokens_per_s"),
@@ -232,13 +235,13 @@ def figures(runs: list[Run], out_dir: Path | str = RESULTS / "figures") -> dict[
     task_runs = df[df["data"] != "specbench"] if len(df) else df
     for (pair, data), g in (task_runs.groupby(["pair", "data"]) if len(task_runs) else []):
         fig, ax = plt.subplots(figsize=(5, 3.6))
-        ver = g[g["method"] == "ar"]
+        ver = g[g["baseline"]]
         if len(ver) and ver["score"].notna().any():
             v = ver.iloc[0]
             sd = v["score_stderr"] or 0.0
             ax.axhspan(v["score"] - sd, v["score"] + sd, color="grey", alpha=0.25, label="verifier ±1σ")
             ax.axhline(v["score"], color="grey", lw=1)
-        for method, h in g[g["method"] != "ar"].groupby("method"):
+        for method, h in g[~g["baseline"]].groupby("method"):
             ax.errorbar(h["accepted_length"], h["score"], yerr=h["score_stderr"].fillna(0), fmt="o", label=method,
                         capsize=2)
             for _, r in h.iterrows():
@@ -263,11 +266,11 @@ def figures(runs: list[Run], out_dir: Path | str = RESULTS / "figures") -> dict[
             ax1.legend(loc="upper left", fontsize=7)
             save(fig, f"fig2_delta_grid_{data}_{pair}")
 
-        ar_run = find(runs, pair, data, "ar", seed=int(g["seed"].iloc[0]))
-        if ar_run is not None and len(g[g["method"] != "ar"]):
+        ar_run = find(runs, pair, data, BASELINE, seed=int(g["seed"].iloc[0]))
+        if ar_run is not None and len(g[~g["baseline"]]):
             labels, values = [], []
-            for _, r in g[g["method"] != "ar"].iterrows():
-                sp = metrics.speedup(r["run"].samples, ar_run.samples)
+            for _, r in g[~g["baseline"]].iterrows():
+                sp = metrics.speedups(r["run"].samples, ar_run.samples)
                 if sp and sp["throughput"]:
                     labels.append(r["method"] + (f" δ={r['delta']:g}" if r["delta"] is not None and
                                                  not pd.isna(r["delta"]) else "") + f" m={r['m']}")
@@ -281,15 +284,15 @@ def figures(runs: list[Run], out_dir: Path | str = RESULTS / "figures") -> dict[
 
     spec_runs = df[df["data"] == "specbench"] if len(df) else df
     for pair, g in (spec_runs.groupby("pair") if len(spec_runs) else []):
-        ar_run = next((r for r in g["run"] if r.config["method"]["name"] == "ar"), None)
+        ar_run = next((r for r in g["run"] if r.is_baseline), None)
         if ar_run is None:
             continue
         fig, ax = plt.subplots(figsize=(6.5, 3.4))
-        methods = [r for r in g["run"] if r.config["method"]["name"] != "ar"]
+        methods = [r for r in g["run"] if not r.is_baseline]
         width = 0.8 / max(len(methods), 1)
         cats = [*specbench.SUBTASKS, "overall"]
         for i, r in enumerate(methods):
-            table = specbench.speed_metrics([s["answer"] for s in r.samples], [s["answer"] for s in ar_run.samples])
+            table = specbench.speed_metrics(r.samples, ar_run.samples)
             ax.bar([j + i * width for j in range(len(cats))], [table.get(c, {}).get("speedup", 0) for c in cats],
                    width, label=r.folder.name.split("_s")[0])
         ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cats))], cats, rotation=30, fontsize=8)

@@ -15,8 +15,10 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from .app.config import dataset_configs
 from .benchmarks.data import DataError
 from .benchmarks.scoring import TaskScorer
+from .registry import unknown_name_message
 from .utils import write_text_atomic
 
 
@@ -38,8 +40,17 @@ def read_responses(path: Path) -> dict[str, str]:
     return out
 
 
+def scorer_for(data: str, root: str | None = None) -> TaskScorer:
+    """The scorer of a dataset named as in conf/data (`gpqa`, or with its subset: `gpqa_main`)."""
+    scored = {k: v for k, v in dataset_configs().items() if v.kind == "task"}
+    if data not in scored:
+        raise DataError(unknown_name_message("dataset for scoring", data, scored))
+    spec = scored[data]
+    return TaskScorer(spec.task, spec.primary_metric, root)
+
+
 def score_responses(data: str, responses: dict[str, str], root: str | None = None) -> dict:
-    scorer = TaskScorer(data, root)
+    scorer = scorer_for(data, root)
     prompts = {str(p.id): p for p in scorer.prompts()}
     unknown = sorted(set(responses) - set(prompts))
     if unknown:

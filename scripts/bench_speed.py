@@ -16,13 +16,12 @@ import argparse
 import json
 import statistics
 import time
-from contextlib import contextmanager
 from functools import partial
 
 import torch
 from transformers import GenerationConfig
 
-from cactus_bench.decode import autoregressive_generate, engine, speculative_generate
+from cactus_bench.decode import ForwardTimer, autoregressive_generate, speculative_generate
 from cactus_bench.models import self_speculative_pair
 from cactus_bench.utils import environment_info, write_text_atomic
 
@@ -30,26 +29,6 @@ PAIRS = {  # (vocab, hidden, verifier layers): a >= 20 ms verifier on a 2-core C
     "cpu50m": lambda: self_speculative_pair(4096, 640, 10, heads=10, kv_heads=5, intermediate_size=1920),
     "tiny": lambda: self_speculative_pair(512, 64, 2, heads=4, kv_heads=2),
 }
-
-
-@contextmanager
-def forward_timer():
-    """Accumulate the time spent inside our loop's model forwards (bare HF forward calls)."""
-    spent = {"t": 0.0, "calls": 0}
-    original = engine._Model.forward
-
-    def timed(self, new, keep, prefill=False):
-        t = time.perf_counter()
-        out = original(self, new, keep, prefill)
-        spent["t"] += time.perf_counter() - t
-        spent["calls"] += 1
-        return out
-
-    engine._Model.forward = timed
-    try:
-        yield spent
-    finally:
-        engine._Model.forward = original
 
 
 class ForwardMeter:
@@ -105,12 +84,14 @@ def run_pair(name, args):
     sampling = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
 
     def ours_sps(ids, seed, **engine_kw):
-        with forward_timer() as spent:
-            out = speculative_generate(drafter, verifier, ids, rule="sps", m=args.m, max_new_tokens=args.new_tokens,
-                                       generator=torch.Generator().manual_seed(seed), **sampling, **engine_kw)
+        timer = ForwardTimer()
+        out = speculative_generate(drafter, verifier, ids, rule="sps", m=args.m, max_new_tokens=args.new_tokens,
+                                   generator=torch.Generator().manual_seed(seed), forward_timer=timer, **sampling,
+                                   **engine_kw)
         s = out.summary()
+        # the timer skips the prefill; the prefill is (nearly all) forwards too
         return {"tokens": s["new_tokens"], "wall": out.wall_time, "tau": s["tau"], "al": s["accepted_length"],
-                "fwd_share": spent["t"] / out.wall_time}
+                "fwd_share": (timer.seconds + out.prefill_time) / out.wall_time}
 
     def ours_ar(ids, seed, **engine_kw):
         out = autoregressive_generate(verifier, ids, max_new_tokens=args.new_tokens,

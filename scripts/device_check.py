@@ -32,7 +32,13 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a bare checkout, no install
 
-from cactus_bench.decode import autoregressive_generate, engine, speculative_generate  # noqa: E402
+from cactus_bench.decode import (  # noqa: E402
+    CachedModel,
+    ForwardTimer,
+    autoregressive_generate,
+    speculative_generate,
+    static_cache_len,
+)
 from cactus_bench.rules import build_rule  # noqa: E402
 from cactus_bench.utils import environment_info, write_text_atomic  # noqa: E402
 
@@ -84,7 +90,7 @@ def forward_times(model, device, context: int, sizes: list[int], static: bool, c
     prompt = torch.randint(0, model.config.vocab_size, (1, context), device=device)
     for n in sizes:
         # the cache-size bucket the decode loops use, so these compiled graphs are the ones they reuse
-        state = engine._Model(model, device, engine._static_len(context + n + 1) if (static or compile) else None,
+        state = CachedModel(model, device, static_cache_len(context + n + 1) if (static or compile) else None,
                               frozenset({(n, n)}) if compile else frozenset())
         with torch.inference_mode():
             state.forward(prompt, keep=1, prefill=True)
@@ -100,28 +106,14 @@ def forward_times(model, device, context: int, sizes: list[int], static: bool, c
 
 def round_overhead(drafter, verifier, device, prompt, m, new_tokens, **fast) -> dict:
     """Wall time of whole rounds vs the time inside model forwards (what the loop itself costs)."""
-    spent = {"t": 0.0}
-    original = engine._Model.forward
-
-    def timed(self, new, keep, prefill=False):
-        sync(device)
-        t = time.perf_counter()
-        out = original(self, new, keep, prefill)
-        sync(device)
-        if not prefill:
-            spent["t"] += time.perf_counter() - t
-        return out
-
     kw = dict(rule="cactus", m=m, max_new_tokens=new_tokens, temperature=0.6, top_k=20, top_p=0.95, **fast)
     speculative_generate(drafter, verifier, prompt, generator=torch.Generator(device).manual_seed(0), **kw)  # warm
-    engine._Model.forward = timed
-    try:
-        out = speculative_generate(drafter, verifier, prompt, generator=torch.Generator(device).manual_seed(0), **kw)
-    finally:
-        engine._Model.forward = original
+    timer = ForwardTimer(sync=True)
+    out = speculative_generate(drafter, verifier, prompt, generator=torch.Generator(device).manual_seed(0),
+                               forward_timer=timer, **kw)
     rounds = out.wall_time - out.prefill_time
     return {"rounds": out.verifier_calls, "round_ms": 1e3 * rounds / out.verifier_calls,
-            "forward_ms": 1e3 * spent["t"] / out.verifier_calls, "overhead_pct": 100 * (1 - spent["t"] / rounds),
+            "forward_ms": 1e3 * timer.seconds / out.verifier_calls, "overhead_pct": 100 * (1 - timer.seconds / rounds),
             "tokens_per_s": len(out.tokens) / out.wall_time, "accepted_length": out.accepted_length}
 
 

@@ -14,6 +14,7 @@ from omegaconf.errors import ValidationError
 from cactus_bench.app import run as run_mod
 from cactus_bench.app.config import ConfigError, validate
 from cactus_bench.app.store import RunStore, run_dir
+from cactus_bench.benchmarks.task import TaskBenchmark
 from cactus_bench.report import figures, load_runs, load_spec, render_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,16 +150,16 @@ def test_specbench_runs_and_writes_its_answer_schema(small_pair_dir, tmp_path):
 def test_killed_run_resumes_without_duplicates_or_recomputation(small_pair_dir, tmp_path, monkeypatch):
     args = ("pair=tiny", "data=arith", "method=sps", "limit=5", "m=2", "max_gen_toks=10", "progress=false")
     cfg = cfg_of(*args, results=tmp_path, pair_dir=small_pair_dir)
-    real = run_mod._task_sample
+    real = TaskBenchmark.run
     calls = []
 
-    def crash_after_two(lm, scorer, prompt):
+    def crash_after_two(self, lm, prompt):
         if len(calls) == 2:
             raise KeyboardInterrupt  # killed mid-run
         calls.append(prompt.index)
-        return real(lm, scorer, prompt)
+        return real(self, lm, prompt)
 
-    monkeypatch.setattr(run_mod, "_task_sample", crash_after_two)
+    monkeypatch.setattr(TaskBenchmark, "run", crash_after_two)
     with pytest.raises(KeyboardInterrupt):
         run_mod.run(cfg)
     folder = run_dir(cfg)
@@ -166,8 +167,8 @@ def test_killed_run_resumes_without_duplicates_or_recomputation(small_pair_dir, 
     with open(folder / "samples.jsonl", "a") as f:
         f.write('{"index": 2, "id": 2, "respo')  # a write cut off by the crash
 
-    monkeypatch.setattr(run_mod, "_task_sample", lambda lm, scorer, prompt: calls.append(prompt.index)
-                        or real(lm, scorer, prompt))
+    monkeypatch.setattr(TaskBenchmark, "run", lambda self, lm, prompt: calls.append(prompt.index)
+                        or real(self, lm, prompt))
     summary = run_mod.run(cfg_of(*args, results=tmp_path, pair_dir=small_pair_dir))
     assert calls == [0, 1, 2, 3, 4]  # 0 and 1 were not recomputed; 2 (half-written) was
     indices = [s["index"] for s in RunStore(folder).samples()]

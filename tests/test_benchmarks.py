@@ -10,9 +10,8 @@ import pytest
 from cactus_bench.benchmarks import data as data_mod
 from cactus_bench.benchmarks.data import DataError, load_gpqa, load_ifeval
 from cactus_bench.benchmarks.lm import cut_at_stop, strip_thinking
-from cactus_bench.benchmarks.scoring import TaskScorer
 from cactus_bench.benchmarks.specbench import speed_metrics
-from cactus_bench.score import score_responses
+from cactus_bench.score import score_responses, scorer_for
 
 from conftest import DATA
 
@@ -21,7 +20,7 @@ pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason="needs ../shared/data"
 
 @pytest.fixture(scope="module")
 def gsm8k():
-    return TaskScorer("gsm8k", DATA)
+    return scorer_for("gsm8k", DATA)
 
 
 def test_gsm8k_gold_answers_score_100_and_shifted_score_0(gsm8k):
@@ -56,7 +55,7 @@ def ifeval_item(instruction):
     ("detectable_format:json_format", '{"answer": "yes"}', "just prose, not json"),
 ])
 def test_ifeval_pass_and_fail_on_hand_written_responses(instruction, good, bad):
-    scorer = TaskScorer("ifeval", DATA)
+    scorer = scorer_for("ifeval", DATA)
     row = ifeval_item(instruction)
     index = next(p.index for p in scorer.prompts() if p.id == row["key"])
     assert scorer.score(index, good)["prompt_level_strict_acc,none"] == 1.0
@@ -85,7 +84,7 @@ def test_gpqa_choices_are_stable_and_the_correct_letter_scores():
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert other.stdout.strip().split("\n")[-1] == ",".join(a["answer"])  # another process, same order
     assert len(set(a["answer"])) == 4  # shuffled, not always the same slot
-    scorer = TaskScorer("gpqa", DATA)
+    scorer = scorer_for("gpqa", DATA)
     for p in scorer.prompts(limit=5):
         right = p.doc["answer"]
         wrong = next(x for x in ("(A)", "(B)", "(C)", "(D)") if x != right)
@@ -158,10 +157,10 @@ def test_bad_inputs_are_clear_errors(tmp_path):
         data_mod.load_gsm8k(tmp_path)
     with pytest.raises(DataError, match="is not a folder"):
         data_mod.load_gsm8k(tmp_path / "nope")
-    with pytest.raises(DataError, match="unknown dataset 'squad'"):
-        TaskScorer("squad", DATA)
+    with pytest.raises(DataError, match="unknown dataset for scoring 'squad'"):
+        scorer_for("squad", DATA)
     with pytest.raises(DataError, match="limit must be a positive"):
-        TaskScorer("arith").prompts(limit=0)
+        scorer_for("arith").prompts(limit=0)
     with pytest.raises(DataError, match="unknown GPQA subset"):
         load_gpqa(DATA, "tiny")
 
@@ -200,9 +199,12 @@ def test_thinking_is_removed_and_stop_strings_cut():
 
 
 def test_specbench_metrics_on_a_hand_computed_example():
-    def ans(qid, cat, tokens, wall, lengths, accepted):
-        return {"question_id": qid, "category": cat, "choices": [
+    def ans(qid, cat, tokens, wall, lengths, accepted):  # a stored sample: the answer and its statistics
+        answer = {"question_id": qid, "category": cat, "choices": [
             {"new_tokens": tokens, "wall_time": wall, "accept_lengths": lengths, "accepted_drafts": accepted}]}
+        stats = {"new_tokens": sum(lengths), "verifier_calls": len(lengths), "accepted": sum(accepted),
+                 "wall_time": sum(wall)}
+        return {"id": qid, "category": cat, "answer": answer, "stats": stats}
 
     method = [ans(1, "writing", [10, 10], [1.0, 1.0], [4, 3, 3, 5, 5], [3, 2, 2, 4, 4]),
               ans(2, "qa", [30], [1.0], [10, 10, 10], [9, 9, 9])]
@@ -221,7 +223,7 @@ def test_ifeval_scoring_is_reproducible_and_leaves_the_global_rng_alone():
     """letter_frequency with a non-letter ('#') makes lm-eval's checker draw a random letter: seeded."""
     import random
 
-    scorer = TaskScorer("ifeval", DATA)
+    scorer = scorer_for("ifeval", DATA)
     index = next(p.index for p in scorer.prompts() if p.id == 1122)
     random.seed(123)
     state = random.getstate()

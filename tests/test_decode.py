@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from cactus_bench.decode import autoregressive_generate, speculative_generate
-from cactus_bench.decode import engine as engine_mod
+from cactus_bench.decode import cache as cache_mod
 from cactus_bench.models import tiny_pair
 from cactus_bench.rules import build_rule
 
@@ -122,7 +122,7 @@ def test_sliding_window_caches_cannot_roll_back_past_the_window(arch, static, mo
     from transformers import DynamicCache, StaticCache
 
     pair = tiny_family(arch, 16, seed=0), tiny_family(arch, 32, seed=1)
-    monkeypatch.setattr(engine_mod, "_rollback_safe_cache", lambda config, static_len: (
+    monkeypatch.setattr(cache_mod, "rollback_safe_cache", lambda config, static_len: (
         DynamicCache(config=config) if static_len is None else StaticCache(config=config, max_cache_len=static_len)))
     try:
         worst = max(rollback_errors(*pair, static_cache=static))
@@ -179,7 +179,7 @@ def test_lossless_test_rejects_a_loop_without_rollback(small_pair, ar_law, monke
     def forget_to_crop(self, length):  # bookkeeping says rolled back; the KV tensors keep rejected tokens
         self.cached = min(self.cached, length)
 
-    monkeypatch.setattr(engine_mod._Model, "rollback", forget_to_crop)
+    monkeypatch.setattr(cache_mod.CachedModel, "rollback", forget_to_crop)
     samples, _ = sequence_samples(*small_pair, build_rule("sps"))
     assert g_test_pvalue(samples, ar_law) < P_THRESHOLD
 

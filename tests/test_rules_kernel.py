@@ -36,7 +36,7 @@ def worst_pvalue(rule, oracle=None):
     j, must follow the oracle's law (draft rows) or q_{m+1} (bonus)."""
     oracle = oracle or rule
     p, q, p_raw, q_raw, drafts = scenario()
-    emitted, n_acc = run_kernel(rule, p, q, p_raw, q_raw, drafts)
+    emitted, n_acc, _ = run_kernel(rule, p, q, p_raw, q_raw, drafts)
     assert emitted.shape == (TRIALS, M + 1) and n_acc.shape == (TRIALS,)
     worst, reached_counts = 1.0, []
     for j in range(M):
@@ -64,7 +64,7 @@ def test_kernel_matches_exact_law(name, params):
 @pytest.mark.parametrize("name,params", CONFIGS, ids=RULE_IDS)
 def test_kernel_output_layout(name, params):
     p, q, p_raw, q_raw, drafts = scenario()
-    emitted, n_acc = run_kernel(build_rule(name, **params), p, q, p_raw, q_raw, drafts)
+    emitted, n_acc, _ = run_kernel(build_rule(name, **params), p, q, p_raw, q_raw, drafts)
     pos = torch.arange(M + 1)
     accepted = pos[:M] < n_acc[:, None]
     assert torch.equal(emitted[:, :M][accepted], drafts[accepted])  # accepted prefix = the drafts
@@ -97,7 +97,7 @@ class ResidualFromQ(AlwaysAccept):
 class BonusFromP(ResidualFromQ):
     """The bonus row comes from the drafter's last distribution instead of q_{m+1}."""
 
-    residual = Rule.residual
+    residual = AlwaysAccept.residual  # the wrapped rule's: only the bonus row is broken
 
     def verify(self, draft_probs, target_probs, draft_tokens, generator=None, **kw):
         if draft_probs.shape[1] == 0:  # nothing drafted: no bonus position to get wrong
@@ -199,7 +199,7 @@ def test_edge_distributions(name, params):
     p = torch.stack([torch.full((V,), 1 / V), tiny, torch.full((V,), 1 / V)])[None]
     q = torch.stack([onehot, torch.full((V,), 1 / V), onehot, onehot])[None]
     for d in ([2, 4, 0], [0, 4, 2], [2, 4, 2]):  # q_n = 1 / q_n = 0, tiny p_n
-        emitted, n_acc = rule.verify(p, q, torch.tensor([d]), torch.Generator().manual_seed(1))
+        emitted, n_acc, _ = rule.verify(p, q, torch.tensor([d]), torch.Generator().manual_seed(1))
         k = int(n_acc)
         assert 0 <= k <= 3 and (emitted[0, : k + 1] >= 0).all() and (emitted[0, k + 1 :] == -1).all()
         # after a one-hot verifier row, a rule may emit only that token or (lossy rules) the draft
@@ -212,7 +212,7 @@ def test_zero_draft_length_is_a_verifier_sample():
     rule = build_rule("cactus")
     q = torch.zeros(4, 1, V)
     q[..., 5] = 1
-    emitted, n_acc = rule.verify(torch.zeros(4, 0, V), q, torch.zeros(4, 0, dtype=torch.int64))
+    emitted, n_acc, _ = rule.verify(torch.zeros(4, 0, V), q, torch.zeros(4, 0, dtype=torch.int64))
     assert emitted.tolist() == [[5]] * 4 and n_acc.tolist() == [0] * 4
 
 

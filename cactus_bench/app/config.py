@@ -6,14 +6,14 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from ..benchmarks.data import BENCHMARKS, GPQA_SUBSETS
-from ..benchmarks.lm import Method
-from ..rules import RULES
+from ..benchmarks.base import KINDS
+from ..methods import Method, method_names
 
 
 @dataclass
@@ -35,9 +35,16 @@ class MethodConfig:
 
 @dataclass
 class DataConfig:
+    """A dataset's facts live in conf/data/<name>.yaml: adding a dataset is a loader, a task YAML and that."""
+
     name: str = MISSING
+    kind: str = "task"  # a registered benchmark kind: task (lm-eval scored) | specbench
+    task: str | None = None  # the lm-eval task (benchmarks/tasks/<task>.yaml)
+    primary_metric: str | None = None  # the headline score, "metric,filter"
+    label: str = "${.name}"  # names the data in run folders and tables (e.g. gpqa_diamond)
     root: str | None = None
     subset: str | None = None
+    subsets: list[str] | None = None  # the valid subsets, where there are any
     warmup: int = 3
 
 
@@ -83,7 +90,6 @@ class RunConfig:
 
 ConfigStore.instance().store(name="schema", node=RunConfig)
 
-METHODS = (*sorted(RULES), "ar")
 TRACKERS = ("none", "wandb")
 
 
@@ -96,12 +102,15 @@ def validate(cfg: DictConfig) -> Method:
     def bad(key, value, allowed):
         raise ConfigError(f"{key}={value!r} is not valid: {allowed}")
 
-    if cfg.method.name not in METHODS:
-        bad("method", cfg.method.name, f"choose one of {', '.join(METHODS)}")
-    if cfg.data.name not in BENCHMARKS:
-        bad("data", cfg.data.name, f"choose one of {', '.join(BENCHMARKS)}")
-    if cfg.data.name == "gpqa" and (cfg.data.subset or "diamond") not in GPQA_SUBSETS:
-        bad("data.subset", cfg.data.subset, f"choose one of {', '.join(GPQA_SUBSETS)}")
+    if cfg.method.name not in method_names():
+        bad("method", cfg.method.name, f"choose one of {', '.join(method_names())}")
+    d = cfg.data
+    if d.kind not in KINDS:
+        bad("data.kind", d.kind, f"choose one of {', '.join(KINDS)}")
+    if d.kind == "task" and not (d.task and d.primary_metric):
+        bad("data", d.name, f"conf/data/{d.name}.yaml must name its lm-eval `task` and `primary_metric`")
+    if d.subsets is not None and d.subset not in d.subsets:
+        bad("data.subset", d.subset, f"choose one of {', '.join(d.subsets)}")
     if cfg.delta < 0:
         bad("delta", cfg.delta, "the divergence budget must be >= 0")
     if cfg.m < 1:
@@ -119,18 +128,15 @@ def validate(cfg: DictConfig) -> Method:
         bad("sampling.top_p", s.top_p, "must be in (0, 1]")
     if cfg.tracking.backend not in TRACKERS:
         bad("tracking.backend", cfg.tracking.backend, f"choose one of {', '.join(TRACKERS)}")
-    params = OmegaConf.to_container(cfg.method.params, resolve=True) or {}
     try:
-        return Method(cfg.method.name, params, cfg.m)
+        return method_of(cfg)
     except ValueError as e:
         raise ConfigError(f"method.params: {e}") from None
 
 
-def method_tag(cfg: DictConfig) -> str:
-    """A readable name for the method and its parameters, e.g. `cactus-delta0.75`."""
-    params = OmegaConf.to_container(cfg.method.params, resolve=True) or {}
-    parts = [cfg.method.name] + [f"{k}{v}" for k, v in sorted(params.items()) if v is not None]
-    return "-".join(str(p).replace("/", "_") for p in parts)
+def method_of(cfg: DictConfig) -> Method:
+    """The configured method (unvalidated values raise a ValueError: call `validate` first)."""
+    return Method(cfg.method.name, OmegaConf.to_container(cfg.method.params, resolve=True) or {}, cfg.m)
 
 
 def identity(cfg: DictConfig) -> dict:
@@ -138,10 +144,8 @@ def identity(cfg: DictConfig) -> dict:
     `limit` is not part of it: a larger limit continues the same run."""
     return {
         "pair": {k: cfg.pair[k] for k in ("drafter", "verifier", "dtype", "revision")},
-        "method": cfg.method.name,
-        "params": OmegaConf.to_container(cfg.method.params, resolve=True),
+        **method_of(cfg).identity(),
         "data": cfg.data.name, "subset": cfg.data.get("subset"),
-        "m": cfg.m if cfg.method.name != "ar" else None,
         "seed": cfg.seed, "sampling": OmegaConf.to_container(cfg.sampling, resolve=True),
         "max_gen_toks": cfg.max_gen_toks, "engine": OmegaConf.to_container(cfg.engine),
     }
@@ -149,3 +153,20 @@ def identity(cfg: DictConfig) -> dict:
 
 def run_key(cfg: DictConfig) -> str:
     return hashlib.sha256(json.dumps(identity(cfg), sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+
+
+def dataset_configs() -> dict[str, DictConfig]:
+    """Every dataset of conf/data by its label, one per subset (e.g. gpqa_diamond, gpqa_main), plus each
+    dataset's name for its default subset: what `score data=...` accepts."""
+    out = {}
+    for path in sorted((CONF_DIR / "data").glob("*.yaml")):
+        base = OmegaConf.merge(OmegaConf.structured(DataConfig), OmegaConf.load(path))
+        out.setdefault(base.name, base)
+        for subset in base.subsets or []:
+            node = OmegaConf.merge(base, {"subset": subset})
+            out[node.label] = node
+        out.setdefault(base.label, base)
+    return out

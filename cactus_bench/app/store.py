@@ -20,14 +20,12 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from ..utils import environment_info, write_text_atomic
-from .config import identity, method_tag, run_key
+from .config import identity, method_of, run_key
 
 
 def run_dir(cfg: DictConfig) -> Path:
-    m = f"_m{cfg.m}" if cfg.method.name != "ar" else ""
-    name = f"{method_tag(cfg)}{m}_s{cfg.seed}_{run_key(cfg)}"
-    data = cfg.data.name + (f"_{cfg.data.subset}" if cfg.data.get("subset") else "")
-    return Path(cfg.results_dir) / data / cfg.pair.name / name
+    name = f"{method_of(cfg).run_name}_s{cfg.seed}_{run_key(cfg)}"
+    return Path(cfg.results_dir) / cfg.data.label / cfg.pair.name / name
 
 
 class RunStore:
@@ -83,6 +81,5 @@ class RunStore:
     def write_summary(self, summary: dict) -> None:
         write_text_atomic(self.folder / "summary.json", json.dumps(summary, indent=1, default=str))
 
-    def write_specbench_answers(self, answers: list[dict]) -> None:
-        """Spec-Bench's own answer file (its speed.py reads this)."""
-        write_text_atomic(self.folder / "model_answer.jsonl", "".join(json.dumps(a) + "\n" for a in answers))
+    def write_artifact(self, name: str, text: str) -> None:
+        write_text_atomic(self.folder / name, text)

@@ -6,9 +6,14 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-# Stable summary names, so dashboards compare methods across runs.
-SUMMARY_KEYS = ("score", "score_stderr", "accepted_length", "tau", "acceptance_rate", "realised_kl",
-                "rejected_per_token", "tokens_per_s", "wall_time", "samples")
+from ..metrics import METRICS, accepted_length
+
+# Stable summary names (the tracked metrics' own), so dashboards compare methods across runs.
+EXTRA_SUMMARY_KEYS = ("score_stderr", "wall_time", "samples")
+
+
+def summary_keys() -> list[str]:
+    return [m.name for m in METRICS.values() if m.tracked] + list(EXTRA_SUMMARY_KEYS)
 
 
 class NullTracker:
@@ -35,8 +40,9 @@ class WandbTracker(NullTracker):
     def log_sample(self, step: int, record: dict) -> None:
         s = record["stats"]
         row = {"sample/new_tokens": s["new_tokens"], "sample/wall_time": s["wall_time"]}
-        if s.get("verifier_calls"):
-            row["sample/accepted_length"] = s["accepted"] / s["verifier_calls"]
+        al = accepted_length(s)
+        if al is not None:
+            row["sample/accepted_length"] = al
         self.run.log(row, step=step)
 
     def log_figures(self, figures: dict[str, Path]) -> None:
@@ -44,7 +50,7 @@ class WandbTracker(NullTracker):
 
     def finish(self, summary: dict | None, samples: list[dict]) -> None:
         if summary is not None:
-            for key in SUMMARY_KEYS:
+            for key in summary_keys():
                 if summary.get(key) is not None:
                     self.run.summary[key] = summary[key]
             columns = ["id", "new_tokens", "verifier_calls", "accepted", "wall_time", "score"]

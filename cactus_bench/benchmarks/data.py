@@ -1,9 +1,11 @@
 """Benchmark data from a local folder (the layout of `../shared/data`) or from the Hugging Face hub.
 
 The folder is `data.root` in the config or the environment variable CACTUS_BENCH_DATA; without either,
-data comes from the hub. Every loader returns a `datasets.DatasetDict` whose rows carry `id`, the dataset's
-own key (GSM8K/arith: 0-based row index of the test split, IFEval: `key`, GPQA: `Record ID`), so stored
-responses can be matched and re-scored anywhere.
+data comes from the hub. Every loader is registered in `LOADERS` by dataset name (the name its lm-eval task YAML passes
+as `dataset_kwargs.dataset`) and returns a `datasets.DatasetDict` whose rows carry `id`, the dataset's own
+key (GSM8K/arith: 0-based row index of the test split, IFEval: `key`, GPQA: `Record ID`), so stored
+responses can be matched and re-scored anywhere. Loaders take the data root first and ignore options they
+do not use (lm-eval passes the task's metadata along).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from pathlib import Path
 
 import datasets
 
-BENCHMARKS = ("gsm8k", "ifeval", "gpqa", "arith", "specbench")
+from ..registry import Registry
+
 GPQA_SUBSETS = ("diamond", "main", "extended")
 GPQA_PASSWORD = b"deserted-untie-orchid"  # published by the authors; it only keeps crawlers out
 GPQA_SHUFFLE_SEED = "cactus-bench-gpqa-v1"  # answer order: fixed per question, independent of any global RNG
@@ -28,6 +31,9 @@ SPECBENCH_URL = "https://raw.githubusercontent.com/hemingkx/Spec-Bench/main/data
 
 class DataError(ValueError):
     """Bad data configuration: a missing file, a gated dataset without credentials, an unknown name."""
+
+
+LOADERS: Registry = Registry("dataset loader")
 
 
 def data_root(root: str | os.PathLike | None = None) -> Path | None:
@@ -63,7 +69,8 @@ def _hub(path: str, name: str | None = None, **kwargs) -> datasets.DatasetDict:
         ) from e
 
 
-def load_gsm8k(root: str | os.PathLike | None = None) -> datasets.DatasetDict:
+@LOADERS.register("gsm8k")
+def load_gsm8k(root: str | os.PathLike | None = None, **_) -> datasets.DatasetDict:
     local = data_root(root)
     if local:
         files = {s: str(_local_file(local, f"gsm8k/{s}.jsonl")) for s in ("train", "test")}
@@ -78,7 +85,8 @@ def normalise_ifeval_kwargs(kwargs: list[dict]) -> list[dict]:
     return [{k: v for k, v in kw.items() if v is not None} for kw in kwargs]
 
 
-def load_ifeval(root: str | os.PathLike | None = None) -> datasets.DatasetDict:
+@LOADERS.register("ifeval")
+def load_ifeval(root: str | os.PathLike | None = None, **_) -> datasets.DatasetDict:
     """IFEval prompts. `kwargs` is stored as JSON text of the local form: Arrow would otherwise widen every
     dict to the union of all argument names (the hub's form), whatever the source."""
     local = data_root(root)
@@ -114,7 +122,8 @@ def gpqa_choices(row: dict) -> dict:
             "choices": choices, "answer": f"({'ABCD'[correct]})", "id": row["Record ID"]}
 
 
-def load_gpqa(root: str | os.PathLike | None = None, subset: str = "diamond") -> datasets.DatasetDict:
+@LOADERS.register("gpqa")
+def load_gpqa(root: str | os.PathLike | None = None, subset: str = "diamond", **_) -> datasets.DatasetDict:
     """GPQA from the encrypted zip (decrypted in memory, never written) or the gated hub dataset."""
     if subset not in GPQA_SUBSETS:
         raise DataError(f"unknown GPQA subset {subset!r}; valid choices: {', '.join(GPQA_SUBSETS)}")
@@ -137,12 +146,13 @@ def load_gpqa(root: str | os.PathLike | None = None, subset: str = "diamond") ->
     return datasets.DatasetDict({"train": ds})
 
 
-def load_arith(seed: int = 0) -> datasets.DatasetDict:
+@LOADERS.register("arith")
+def load_arith(root: str | os.PathLike | None = None, arith_seed: int = 0, **_) -> datasets.DatasetDict:
     """The embedded synthetic task, generated deterministically (no files needed)."""
     from ..embedded import arith
 
     def build(split, n):
-        items = arith.generate(split, n, seed)
+        items = arith.generate(split, n, arith_seed)
         return datasets.Dataset.from_list(
             [{"question": it.question, "answer": it.answer, "id": i} for i, it in enumerate(items)]
         )
@@ -167,5 +177,3 @@ def load_specbench(root: str | os.PathLike | None = None) -> list[dict]:
                             "to a folder with spec_bench/question.jsonl") from e
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
-
-LOADERS = {"gsm8k": load_gsm8k, "ifeval": load_ifeval, "gpqa": load_gpqa, "arith": load_arith}

@@ -1,19 +1,23 @@
-"""Our decode engine as an lm-eval model: `generate_until` runs `speculative_generate` (or, for `ar`,
-`autoregressive_generate`) per request, with the run's sampling, the request's stop strings and Qwen3's
-`<think>…</think>` removed before scoring. Decode statistics are kept per request."""
+"""Our decode engine as an lm-eval model: `generate_until` decodes each request with the run's method and
+sampling, cuts at the request's stop strings and removes Qwen3's `<think>…</think>` before scoring. Decode
+statistics are kept per request.
+
+From lm-eval's own evaluator (`model="cactus"`, registered on import), `model_args` name the pair and the
+method: `drafter=...,verifier=...,method=cactus,delta=0.75,m=10,temperature=0.6,top_p=0.95,top_k=20`;
+`python -m cactus_bench.lm_eval` is lm-eval's CLI with this model registered."""
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
-from ..decode import GenerationOutput, autoregressive_generate, speculative_generate
-from ..models import Pair
-from ..rules import build_rule
+from ..decode import GenerationOutput
+from ..methods import Method
+from ..models import Pair, load_pair
 
 THINK_END = "</think>"
 
@@ -40,19 +44,6 @@ def stable_seed(*parts) -> int:
 
 
 @dataclass
-class Method:
-    """An acceptance rule by name with its parameters, or `ar` (the verifier alone)."""
-
-    name: str
-    params: dict = field(default_factory=dict)
-    m: int = 10
-
-    def __post_init__(self):
-        if self.name != "ar":
-            self.rule = build_rule(self.name, **self.params)  # validates name and parameters up front
-
-
-@dataclass
 class Generation:
     text: str  # what is scored (stop strings cut, thinking removed)
     raw_text: str  # everything the model emitted
@@ -70,6 +61,28 @@ class CactusLM(LM):
         self.engine = dict(engine or {})  # static_cache / compile for the decode loops
         self.max_gen_toks, self.seed, self.strip_think = max_gen_toks, seed, strip_think
         self.records: list[dict] = []  # per request: decode statistics, for lm-eval-driven runs
+
+    SAMPLING_ARGS = ("temperature", "top_k", "top_p")
+    PAIR_ARGS = ("drafter", "verifier", "dtype", "device", "revision")
+
+    @classmethod
+    def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None) -> CactusLM:
+        """lm-eval's constructor: `drafter=...,verifier=...,method=cactus,delta=0.75,m=10,...` (the paper's
+        sampling unless temperature/top_k/top_p are given; any other key is a rule parameter)."""
+        from lm_eval.utils import simple_parse_args_string
+
+        args = simple_parse_args_string(arg_string)
+        missing = [k for k in ("drafter", "verifier") if k not in args]
+        if missing:
+            raise ValueError(f"cactus model_args need {' and '.join(missing)} (hub ids or local folders)")
+        pair_kw = {k: args.pop(k) for k in cls.PAIR_ARGS if k in args}
+        sampling = {"temperature": 0.6, "top_k": 20, "top_p": 0.95}
+        sampling.update({k: args.pop(k) for k in cls.SAMPLING_ARGS if k in args})
+        name, m = args.pop("method", "cactus"), int(args.pop("m", 10))
+        max_gen_toks, seed = int(args.pop("max_gen_toks", 4096)), int(args.pop("seed", 0))
+        method = Method(str(name), args, m)  # what is left: the rule's parameters
+        pair = load_pair(pair_kw.pop("drafter"), pair_kw.pop("verifier"), **pair_kw)
+        return cls(pair, method, sampling, max_gen_toks, seed=seed)
 
     # --- chat template (lm-eval builds prompts with it) ---
     @property
@@ -92,14 +105,9 @@ class CactusLM(LM):
         def stop(tokens: list[int]) -> bool:  # only the tail can newly contain a stop string
             return any(s in tok.decode(tokens[-window:]) for s in stops)
 
-        common = {"max_new_tokens": self.max_gen_toks, "generator": generator,
-                  "eos_token_id": self.pair.eos_token_id, "stop": stop if stops else None, **self.sampling,
-                  **self.engine}
-        if self.method.name == "ar":
-            out = autoregressive_generate(self.pair.verifier, ids, **common)
-        else:
-            out = speculative_generate(self.pair.drafter, self.pair.verifier, ids, rule=self.method.rule,
-                                       m=self.method.m, **common)
+        out = self.method.generate(self.pair.drafter, self.pair.verifier, ids, max_new_tokens=self.max_gen_toks,
+                                   generator=generator, eos_token_id=self.pair.eos_token_id,
+                                   stop=stop if stops else None, **self.sampling, **self.engine)
         raw = tok.decode(out.tokens, skip_special_tokens=True)
         text, _ = cut_at_stop(raw, stops)
         if self.strip_think:

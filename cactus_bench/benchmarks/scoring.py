@@ -18,12 +18,6 @@ from lm_eval.tasks import TaskManager
 from .data import DataError
 
 TASKS_DIR = Path(__file__).parent / "tasks"
-# data name -> lm-eval task name (GPQA: the paper's Diamond subset by default)
-TASK_NAMES = {
-    "gsm8k": "cactus_gsm8k", "ifeval": "cactus_ifeval", "gpqa": "cactus_gpqa_diamond",
-    "gpqa_diamond": "cactus_gpqa_diamond", "gpqa_main": "cactus_gpqa_main", "gpqa_extended": "cactus_gpqa_extended",
-    "arith": "cactus_arith",
-}
 BOOTSTRAP_ITERS = 1000  # only for aggregations without a closed-form stderr (IFEval's instruction level)
 
 
@@ -48,14 +42,16 @@ def _plain(value):
 
 
 class TaskScorer:
-    """One lm-eval task: its prompts and its scoring of responses."""
+    """One lm-eval task of ours (`tasks/*.yaml`): its prompts and its scoring of responses.
+    `primary_metric` ("metric,filter") is the headline score (conf/data/<name>.yaml)."""
 
-    def __init__(self, data: str, data_root: str | None = None, chat_template: Callable | None = None,
-                 tokenizer_name: str = ""):
-        if data not in TASK_NAMES:
-            raise DataError(f"unknown dataset {data!r} for scoring; valid choices: {', '.join(TASK_NAMES)}")
-        self.data = data
-        self.name = TASK_NAMES[data]
+    def __init__(self, task: str, primary_metric: str, data_root: str | None = None,
+                 chat_template: Callable | None = None, tokenizer_name: str = ""):
+        known = sorted(p.stem for p in TASKS_DIR.glob("cactus_*.yaml"))
+        if task not in known:
+            raise DataError(f"unknown lm-eval task {task!r}; the project's tasks: {', '.join(known)}")
+        self.name = task
+        self.primary_metric = primary_metric
         manager = TaskManager(include_path=str(TASKS_DIR), include_defaults=False,
                               metadata={"data_root": str(data_root) if data_root else None})
         lm_eval_logger = logging.getLogger("lm_eval")
@@ -118,10 +114,3 @@ class TaskScorer:
             stderr = stderr_for_metric(metric=agg, bootstrap_iters=BOOTSTRAP_ITERS)
             out[key.replace(",", "_stderr,", 1)] = float(stderr(values)) if stderr and len(values) > 1 else None
         return out
-
-    @property
-    def primary_metric(self) -> str:
-        """The headline score key (the paper's: GSM8K strict match, IFEval prompt-level strict, GPQA)."""
-        return {"cactus_ifeval": "prompt_level_strict_acc,none",
-                "cactus_gsm8k": "exact_match,strict-match", "cactus_arith": "exact_match,strict-match"}.get(
-            self.name, "exact_match,flexible-extract")

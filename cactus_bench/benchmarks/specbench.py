@@ -3,11 +3,16 @@ schema (so its `speed.py` can read them), and its speed metrics against an AR ru
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
-from .lm import CactusLM
+from .. import metrics
+
+if TYPE_CHECKING:
+    from .lm import CactusLM
 
 MT_BENCH = {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"}
 SUBTASKS = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
@@ -48,33 +53,70 @@ def warm_up(lm: CactusLM, question: dict, runs: int) -> None:
         lm.generate(lm.apply_chat_template([{"role": "user", "content": question["turns"][0]}]), [], ("warmup",))
 
 
-def speed_metrics(answers: list[dict], baseline: list[dict] | None) -> dict[str, dict]:
-    """Per subtask and overall: τ (mean tokens per step, bonus included), AL (accepted drafts per step),
-    tokens/s, and against the AR baseline (same question ids) the speedup as the mean over questions of
-    per-question speed ratios, plus the ratio of mean speeds. Tokens are counted from recorded ids."""
-    def speed(a):
-        c = a["choices"][0]
+def speed_metrics(samples: list[dict], baseline: list[dict] | None) -> dict[str, dict]:
+    """Per subtask and overall, over stored samples (`answer` in Spec-Bench's schema, `stats`, `category`):
+    τ and AL pooled over decoding steps (the metrics' own definitions), tokens/s (Spec-Bench's per-question
+    speed, averaged), and against the AR baseline (same question ids) the speedup as the mean over
+    questions of per-question speed ratios, plus the ratio of mean speeds."""
+
+    def speed(sample):
+        c = sample["answer"]["choices"][0]
         return sum(c["new_tokens"]) / sum(c["wall_time"])
 
-    base = {a["question_id"]: speed(a) for a in baseline} if baseline else {}
+    base = {s["id"]: speed(s) for s in baseline} if baseline else {}
     groups = defaultdict(list)
-    for a in answers:
-        groups[subtask(a["category"])].append(a)
-        groups["overall"].append(a)
+    for s in samples:
+        groups[subtask(s["category"])].append(s)
+        groups["overall"].append(s)
     out = {}
     for name in [*SUBTASKS, "overall"]:
         group = groups.get(name)
         if not group:
             continue
-        lengths = [x for a in group for x in a["choices"][0]["accept_lengths"]]
-        accepted = [x for a in group for x in a["choices"][0].get("accepted_drafts", [])]
-        row = {"questions": len(group), "tau": statistics.mean(lengths),
-               "accepted_length": statistics.mean(accepted) if accepted else None,
-               "tokens_per_s": statistics.mean(speed(a) for a in group)}
-        paired = [a for a in group if a["question_id"] in base]
+        pooled = metrics.pool(group)
+        row = {"questions": len(group), "tau": metrics.tau(pooled),
+               "accepted_length": metrics.accepted_length(pooled),
+               "tokens_per_s": statistics.mean(speed(s) for s in group)}
+        paired = [s for s in group if s["id"] in base]
         if paired:
-            row["speedup"] = statistics.mean(speed(a) / base[a["question_id"]] for a in paired)
-            row["speedup_of_means"] = (statistics.mean(speed(a) for a in paired)
-                                       / statistics.mean(base[a["question_id"]] for a in paired))
+            row["speedup"] = statistics.mean(speed(s) / base[s["id"]] for s in paired)
+            row["speedup_of_means"] = (statistics.mean(speed(s) for s in paired)
+                                       / statistics.mean(base[s["id"]] for s in paired))
         out[name] = row
     return out
+
+
+class SpecBenchBenchmark:
+    """Spec-Bench's questions, every turn of a question in one conversation, warmed up before timing."""
+
+    def __init__(self, data):
+        from .data import load_specbench  # `datasets` is slow to import; reports need only speed_metrics
+
+        self.questions = load_specbench(data.root)
+        self.warmup = data.warmup
+        self._warm = False
+        self._model_id = ""
+
+    def prepare(self, lm: CactusLM, model_id: str) -> None:
+        self._model_id = model_id
+
+    def items(self, limit: int | None) -> list[dict]:
+        return self.questions[:limit] if limit else self.questions
+
+    def key(self, item: dict) -> int:
+        return item["question_id"]
+
+    def run(self, lm: CactusLM, item: dict) -> dict:
+        if not self._warm:  # once per process, before the first timed question
+            warm_up(lm, self.questions[0], self.warmup)
+            self._warm = True
+        answer, turns = answer_question(lm, item, self._model_id)
+        return {"index": item["question_id"], "id": item["question_id"], "category": item["category"],
+                "stats": metrics.add_stats(turns), "answer": answer, "finished_at": time.time()}
+
+    def summarise(self, samples: list[dict]) -> dict:
+        return {"specbench": speed_metrics(samples, None)} if samples else {}
+
+    def artifacts(self, samples: list[dict]) -> dict[str, str]:
+        """Spec-Bench's own answer file (its speed.py reads this)."""
+        return {"model_answer.jsonl": "".join(json.dumps(s["answer"]) + "\n" for s in samples)}

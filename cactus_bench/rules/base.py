@@ -13,7 +13,8 @@ them here, once, so a new rule is one small module with those functions and noth
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from abc import ABC, abstractmethod
+from typing import ClassVar, NamedTuple
 
 import torch
 from torch import Tensor
@@ -55,8 +56,16 @@ def general_accept(h_n: Tensor, p_n: Tensor) -> Tensor:
     return torch.where(p_n > 0, torch.clamp(h_n / safe, max=1.0), torch.zeros_like(p_n))
 
 
-class Rule:
-    """Base class. Subclasses set ``name`` and implement ``accept_prob`` and ``residual``.
+class Verification(NamedTuple):
+    """What one ``Rule.verify`` call decided, per batch row."""
+
+    emitted: Tensor  # [B, m+1] token ids, -1 after the last emitted token
+    n_accepted: Tensor  # [B] drafts accepted before the first rejection
+    kl: Tensor | None  # [B, m] realised KL(h||q) per position (with return_kl, for rules with a target)
+
+
+class Rule(ABC):
+    """Base class. Subclasses implement ``accept_prob`` and ``residual``; ``register`` gives them their name.
 
     Rules that verify against a target ``h`` also implement ``target`` (used for the realised KL).
     Rules whose definition reads un-tempered probabilities set ``needs_raw = True`` and take
@@ -70,11 +79,11 @@ class Rule:
     needs_raw: ClassVar[bool] = False
 
     # --- the rule's definition (pure functions over the last axis) ---------------------------------
-    def accept_prob(self, p: Tensor, q: Tensor, n: Tensor, **raw: Tensor) -> Tensor:
-        raise NotImplementedError
+    @abstractmethod
+    def accept_prob(self, p: Tensor, q: Tensor, n: Tensor, **raw: Tensor) -> Tensor: ...
 
-    def residual(self, p: Tensor, q: Tensor, n: Tensor, **raw: Tensor) -> Tensor:
-        raise NotImplementedError
+    @abstractmethod
+    def residual(self, p: Tensor, q: Tensor, n: Tensor, **raw: Tensor) -> Tensor: ...
 
     def target(self, p: Tensor, q: Tensor, n: Tensor, **raw: Tensor) -> Tensor | None:
         return None
@@ -118,12 +127,12 @@ class Rule:
         draft_raw: Tensor | None = None,
         target_raw: Tensor | None = None,
         return_kl: bool = False,
-    ):
+    ) -> Verification:
         """One speculative verification step for a batch, vectorised over all m positions.
 
         draft_probs [B, m, V], target_probs [B, m+1, V] (last row: bonus position), draft_tokens [B, m].
-        Returns ``(emitted [B, m+1] with -1 after the last emitted token, n_accepted [B])`` and, with
-        ``return_kl``, also the realised KL(h||q) per position [B, m] (None for target-free rules).
+        Returns a ``Verification``: emitted [B, m+1] (-1 after the last emitted token), n_accepted [B], and
+        with ``return_kl`` the realised KL(h||q) per position [B, m] (else, and for target-free rules, None).
         No host synchronisation unless ``check`` asks for value checks (default: only on CPU, where
         checking costs no sync).
         """
@@ -156,10 +165,8 @@ class Rule:
         emitted = torch.full((B, m + 1), -1, dtype=torch.int64, device=device)
         emitted[:, :m] = torch.where(pos[:m] < n_acc.unsqueeze(-1), draft_tokens, -1)
         emitted.scatter_(1, n_acc.unsqueeze(-1), last.unsqueeze(-1))
-        if not return_kl:
-            return emitted, n_acc
-        kl_pos = self.realised_kl(draft_probs, q, draft_tokens, **extra) if m > 0 else None
-        return emitted, n_acc, kl_pos
+        kl_pos = self.realised_kl(draft_probs, q, draft_tokens, **extra) if (return_kl and m > 0) else None
+        return Verification(emitted, n_acc, kl_pos)
 
     def _raw_kwargs(self, draft_raw: Tensor | None, target_raw: Tensor | None, m: int) -> dict:
         if not self.needs_raw or draft_raw is None or target_raw is None:

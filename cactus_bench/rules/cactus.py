@@ -22,7 +22,6 @@ def binary_kl(g: Tensor, qn: Tensor) -> Tensor:
 
 @register("cactus")
 class Cactus(TargetRule):
-    name = "cactus"
 
     def __init__(self, delta: float = 1.0):
         self.delta = check_range(self.name, "delta", delta, 0.0)
@@ -52,7 +51,6 @@ class CactusExact(Cactus):
 
     Bisection keeps the lower end, so KL(h‖q) ≤ δ holds exactly, not just to round-off."""
 
-    name = "cactus_exact"
 
     def gamma(self, qn: Tensor) -> Tensor:
         lo, hi = qn.clone(), torch.ones_like(qn)

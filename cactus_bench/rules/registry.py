@@ -1,17 +1,30 @@
-"""Name -> rule class registry and `build_rule`."""
+"""The rule registry: `@register("name")` on a `Rule` subclass, and `build_rule(name, **params)`."""
 
 from __future__ import annotations
 
+import inspect
+
+from ..registry import Registry
 from .base import Rule
 
-RULES: dict[str, type[Rule]] = {}
+
+def _check_rule(name: str, cls: type) -> None:
+    if not (isinstance(cls, type) and issubclass(cls, Rule)):
+        raise TypeError(f"rule {name!r}: {cls!r} is not a Rule subclass")
+    if inspect.isabstract(cls):
+        missing = ", ".join(sorted(cls.__abstractmethods__))
+        raise TypeError(f"rule {name!r}: {cls.__name__} does not implement {missing}")
+
+
+RULES: Registry[type[Rule]] = Registry("acceptance rule", _check_rule)
 
 
 def register(name: str):
+    """Class decorator: register a rule under `name` (also set as its `name`, so it is written once)."""
+
     def deco(cls: type[Rule]) -> type[Rule]:
-        if name in RULES:
-            raise ValueError(f"rule {name!r} registered twice")
-        RULES[name] = cls
+        RULES.add(name, cls)
+        cls.name = name
         return cls
 
     return deco
@@ -19,9 +32,7 @@ def register(name: str):
 
 def build_rule(name: str, **params) -> Rule:
     """Build a rule by its registered name; unknown names or parameters raise a ValueError."""
-    if name not in RULES:
-        raise ValueError(f"unknown acceptance rule {name!r}; valid choices: {', '.join(sorted(RULES))}")
-    cls = RULES[name]
+    cls = RULES.get(name)
     try:
         return cls(**params)
     except TypeError as e:

@@ -20,7 +20,6 @@ VARIANTS = ("token_v3", "opt")
 
 @register("speccas")
 class SpecCas(TargetRule):
-    name = "speccas"
     needs_raw = True
 
     def __init__(self, variant: str = "token_v3", alpha: float = 0.1):

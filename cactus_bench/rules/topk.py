@@ -12,7 +12,6 @@ from .registry import register
 
 @register("topk")
 class TopK(Rule):
-    name = "topk"
 
     def __init__(self, k: int = 5):
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:

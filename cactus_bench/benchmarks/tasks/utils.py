@@ -1,7 +1,8 @@
-"""Hooks for the project's lm-eval task YAMLs: dataset loaders (local folder or hub) and IFEval scoring.
+"""Hooks for the project's lm-eval task YAMLs: dataset loading (local folder or hub) and IFEval scoring.
 
-The metric code is lm-eval's own; only data loading is ours (so tasks read ../shared/data offline).
-`custom_dataset` hooks receive the TaskManager's metadata: `data_root` (None: the hub), `gpqa_subset`.
+The metric code is lm-eval's own; only data loading is ours (so tasks read ../shared/data offline). The
+`custom_dataset` hook receives the task's `dataset_kwargs` (which loader, its options) and the
+TaskManager's metadata (`data_root`: None means the hub).
 """
 
 import json
@@ -12,28 +13,9 @@ from pathlib import Path
 from cactus_bench.benchmarks import data
 
 
-def gsm8k(data_root=None, **_):
-    return data.load_gsm8k(data_root)
-
-
-def ifeval(data_root=None, **_):
-    return data.load_ifeval(data_root)
-
-
-def gpqa_diamond(data_root=None, **_):
-    return data.load_gpqa(data_root, "diamond")
-
-
-def gpqa_main(data_root=None, **_):
-    return data.load_gpqa(data_root, "main")
-
-
-def gpqa_extended(data_root=None, **_):
-    return data.load_gpqa(data_root, "extended")
-
-
-def arith(arith_seed=0, **_):
-    return data.load_arith(arith_seed)
+def load(dataset, data_root=None, **options):
+    """Every task's `custom_dataset`: the loader registered for `dataset_kwargs.dataset`."""
+    return data.LOADERS.get(dataset)(data_root, **options)
 
 
 def _ifeval_utils():
