@@ -20,7 +20,7 @@ SWEEP_ARGS = $(if $(PAIR),pair=$(PAIR)) $(if $(LIMIT),limit=$(LIMIT)) $(if $(DAT
 	$(if $(M),m=$(M)) $(if $(MAX_GEN_TOKS),max_gen_toks=$(MAX_GEN_TOKS)) $(ARGS)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-slow test-compat test-all lint demo reproduce-table1 reproduce-table2 reproduce-delta-grid figures embedded bench-rules \
+.PHONY: help install test test-slow test-compat test-all lint format demo reproduce-table1 reproduce-table2 reproduce-delta-grid figures embedded bench-rules \
 	bench-speed bench-fast device-check-cpu
 
 help:  ## List the targets
@@ -32,7 +32,7 @@ $(PY):
 install: $(PY)  ## Create .venv and install (CPU torch first, pinned, so pip never pulls a CUDA build)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e ".[dev]" -c constraints.txt
+	$(PIP) install -q -e ".[app,dev]" -c constraints.txt
 
 test:  ## Run the default test suite (offline, a few minutes)
 	$(PY) -m pytest -q -m "not slow"
@@ -53,8 +53,13 @@ test-compat:  ## Run the core's tests (rules, decode) under the GPU box's transf
 test-all:  ## Run every test, slow ones included
 	$(PY) -m pytest -q
 
-lint:  ## Lint with ruff
+lint:  ## Lint and check formatting with ruff (CI runs this)
 	$(PY) -m ruff check cactus_bench tests scripts
+	$(PY) -m ruff format --check cactus_bench tests scripts
+
+format:  ## Format the code with ruff
+	$(PY) -m ruff format cactus_bench tests scripts
+	$(PY) -m ruff check --fix cactus_bench tests scripts
 
 embedded:  ## Build (or reuse) the embedded offline pair and print its quality
 	$(PY) -m cactus_bench.embedded

@@ -20,10 +20,14 @@ def main(cfg: DictConfig) -> None:
     except (ConfigError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    keys = ["samples"] + [k for m in METRICS.values() if m.cli for k in (m.name, f"{m.name}_stderr")
-                          if k in summary or k == m.name]
-    print("  ".join(f"{k}={summary[k]:.4g}" if isinstance(summary.get(k), float) else f"{k}={summary.get(k)}"
-                    for k in keys))
+    keys = ["samples"] + [
+        k for m in METRICS.values() if m.cli for k in (m.name, f"{m.name}_stderr") if k in summary or k == m.name
+    ]
+    print(
+        "  ".join(
+            f"{k}={summary[k]:.4g}" if isinstance(summary.get(k), float) else f"{k}={summary.get(k)}" for k in keys
+        )
+    )
 
 
 if __name__ == "__main__":

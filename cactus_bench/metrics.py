@@ -20,8 +20,21 @@ from dataclasses import dataclass
 
 from .registry import Registry
 
-COUNTERS = ("new_tokens", "verifier_calls", "drafted", "accepted", "rejected", "kl_sum", "kl_count", "wall_time",
-            "prefill_time", "t_draft", "t_verify", "t_rule", "t_other")
+COUNTERS = (
+    "new_tokens",
+    "verifier_calls",
+    "drafted",
+    "accepted",
+    "rejected",
+    "kl_sum",
+    "kl_count",
+    "wall_time",
+    "prefill_time",
+    "t_draft",
+    "t_verify",
+    "t_rule",
+    "t_other",
+)
 REFERENCES = ("sps", "baseline")
 
 
@@ -154,8 +167,13 @@ def derive(counters: dict) -> dict:
 def decode_metrics(samples: list[dict]) -> dict:
     """A run's decode metrics: sample count, the headline counters and every pooled metric."""
     c = pool(samples)
-    return {"samples": len(samples), "new_tokens": c["new_tokens"] or 0, "verifier_calls": c["verifier_calls"] or 0,
-            "wall_time": c["wall_time"] or 0, **derive(c)}
+    return {
+        "samples": len(samples),
+        "new_tokens": c["new_tokens"] or 0,
+        "verifier_calls": c["verifier_calls"] or 0,
+        "wall_time": c["wall_time"] or 0,
+        **derive(c),
+    }
 
 
 def speedups(samples: list[dict], baseline_samples: list[dict]) -> dict | None:
@@ -166,8 +184,11 @@ def speedups(samples: list[dict], baseline_samples: list[dict]) -> dict | None:
     if not common:
         return None
     ours, theirs = pool(common), pool([base[s["id"]] for s in common])
-    return {"throughput": _ratio(tokens_per_s(ours), tokens_per_s(theirs)),
-            "task_time": _ratio(theirs["wall_time"], ours["wall_time"]), "common_samples": len(common)}
+    return {
+        "throughput": _ratio(tokens_per_s(ours), tokens_per_s(theirs)),
+        "task_time": _ratio(theirs["wall_time"], ours["wall_time"]),
+        "common_samples": len(common),
+    }
 
 
 def relative(metric: Metric, samples: list[dict], references: dict[str, list[dict] | None]) -> float | None:

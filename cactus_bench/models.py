@@ -12,8 +12,14 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
-DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-          "float16": torch.float16, "fp16": torch.float16}
+DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
 
 # Strings that exercise the tokenizer: words, numbers, code, unicode, whitespace runs, chat markup.
 _PROBE_TEXTS = [
@@ -96,8 +102,10 @@ def check_tokenizers(tok_d, tok_v, drafter_id: str, verifier_id: str) -> None:
                 f"{a[:8]}... vs {b[:8]}...): speculative decoding needs one shared tokenizer"
             )
     if tok_d.eos_token_id != tok_v.eos_token_id:
-        raise ValueError(f"drafter {drafter_id!r} and verifier {verifier_id!r} have different EOS tokens "
-                         f"({tok_d.eos_token_id} vs {tok_v.eos_token_id})")
+        raise ValueError(
+            f"drafter {drafter_id!r} and verifier {verifier_id!r} have different EOS tokens "
+            f"({tok_d.eos_token_id} vs {tok_v.eos_token_id})"
+        )
 
 
 def check_vocab(drafter, verifier, tokenizer, drafter_id: str, verifier_id: str) -> None:
@@ -164,8 +172,11 @@ def load_pair(
     if verifier_device_map is None:  # a device map spreads the verifier: accelerate plans that itself
         cfg_v = _load("verifier config", verifier, AutoConfig.from_pretrained, revision=revision)
         check_fits("verifier", verifier, cfg_v, torch_dtype, device, budget)
-    d_model = _load("drafter", drafter, AutoModelForCausalLM.from_pretrained, dtype=torch_dtype,
-                    revision=revision).to(device).eval()
+    d_model = (
+        _load("drafter", drafter, AutoModelForCausalLM.from_pretrained, dtype=torch_dtype, revision=revision)
+        .to(device)
+        .eval()
+    )
     v_kwargs = {"dtype": torch_dtype, "revision": revision}
     if verifier_device_map is not None:
         v_kwargs["device_map"] = verifier_device_map
@@ -180,9 +191,18 @@ def load_pair(
 # --- tiny random pairs (tests, benchmarks) ----------------------------------------------------------
 
 
-def tiny_qwen3(vocab_size: int = 32, hidden_size: int = 32, num_layers: int = 1, heads: int = 2,
-               kv_heads: int = 1, intermediate_size: int | None = None, max_positions: int = 512,
-               seed: int = 0, logit_scale: float = 1.0, init_std: float = 0.02) -> Qwen3ForCausalLM:
+def tiny_qwen3(
+    vocab_size: int = 32,
+    hidden_size: int = 32,
+    num_layers: int = 1,
+    heads: int = 2,
+    kv_heads: int = 1,
+    intermediate_size: int | None = None,
+    max_positions: int = 512,
+    seed: int = 0,
+    logit_scale: float = 1.0,
+    init_std: float = 0.02,
+) -> Qwen3ForCausalLM:
     """A random-initialised Qwen3-architecture causal LM built in memory (no download), fp32, eval mode.
 
     `logit_scale` multiplies the LM head so the random model's next-token distributions are peaked
@@ -190,10 +210,19 @@ def tiny_qwen3(vocab_size: int = 32, hidden_size: int = 32, num_layers: int = 1,
     `init_std` makes attention sharper, so the output depends more on the context.
     """
     cfg = Qwen3Config(
-        vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=intermediate_size or 3 * hidden_size,
-        num_hidden_layers=num_layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
-        head_dim=hidden_size // heads, max_position_embeddings=max_positions, tie_word_embeddings=False,
-        bos_token_id=None, eos_token_id=None, pad_token_id=None, initializer_range=init_std,
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size or 3 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=hidden_size // heads,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+        initializer_range=init_std,
     )
     torch.manual_seed(seed)
     model = Qwen3ForCausalLM(cfg)
@@ -202,19 +231,51 @@ def tiny_qwen3(vocab_size: int = 32, hidden_size: int = 32, num_layers: int = 1,
     return model.float().eval()
 
 
-def tiny_pair(vocab_size: int = 32, seed: int = 0, logit_scale: float = 40.0, verifier_layers: int = 2,
-              drafter_hidden: int = 16, verifier_hidden: int = 32, max_positions: int = 512, init_std: float = 0.02):
+def tiny_pair(
+    vocab_size: int = 32,
+    seed: int = 0,
+    logit_scale: float = 40.0,
+    verifier_layers: int = 2,
+    drafter_hidden: int = 16,
+    verifier_hidden: int = 32,
+    max_positions: int = 512,
+    init_std: float = 0.02,
+):
     """A (drafter, verifier) pair of tiny random Qwen3 models sharing a vocabulary."""
-    drafter = tiny_qwen3(vocab_size, drafter_hidden, 1, seed=seed, logit_scale=logit_scale,
-                         max_positions=max_positions, init_std=init_std)
-    verifier = tiny_qwen3(vocab_size, verifier_hidden, verifier_layers, seed=seed + 1, logit_scale=logit_scale,
-                          max_positions=max_positions, init_std=init_std)
+    drafter = tiny_qwen3(
+        vocab_size,
+        drafter_hidden,
+        1,
+        seed=seed,
+        logit_scale=logit_scale,
+        max_positions=max_positions,
+        init_std=init_std,
+    )
+    verifier = tiny_qwen3(
+        vocab_size,
+        verifier_hidden,
+        verifier_layers,
+        seed=seed + 1,
+        logit_scale=logit_scale,
+        max_positions=max_positions,
+        init_std=init_std,
+    )
     return drafter, verifier
 
 
-def self_speculative_pair(vocab_size: int, hidden_size: int, verifier_layers: int, *, heads: int = 4,
-                          kv_heads: int = 2, intermediate_size: int | None = None, later_layer_scale: float = 0.05,
-                          logit_scale: float = 20.0, max_positions: int = 4096, seed: int = 0):
+def self_speculative_pair(
+    vocab_size: int,
+    hidden_size: int,
+    verifier_layers: int,
+    *,
+    heads: int = 4,
+    kv_heads: int = 2,
+    intermediate_size: int | None = None,
+    later_layer_scale: float = 0.05,
+    logit_scale: float = 20.0,
+    max_positions: int = 4096,
+    seed: int = 0,
+):
     """A random verifier and a 1-layer drafter that is its first layer (self-speculative style).
 
     The verifier's later layers write a scaled-down update into the residual stream, so the two agree

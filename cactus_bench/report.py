@@ -120,9 +120,16 @@ def build_table(spec: dict, runs: list[Run]) -> tuple[pd.DataFrame, list[str]]:
                 continue
             values = cell_values(run, sps, ar)
             for col in spec["columns"]:
-                records.append({"data": data, "label": row["label"], "metric": col, "ours": values.get(col),
-                                "stderr": values.get("score_stderr") if col == "score" else None,
-                                "paper": _paper_value(paper, spec, data, row, col)})
+                records.append(
+                    {
+                        "data": data,
+                        "label": row["label"],
+                        "metric": col,
+                        "ours": values.get(col),
+                        "stderr": values.get("score_stderr") if col == "score" else None,
+                        "paper": _paper_value(paper, spec, data, row, col),
+                    }
+                )
     df = pd.DataFrame.from_records(records, columns=["data", "label", "metric", "ours", "stderr", "paper"])
     df["diff"] = pd.to_numeric(df["ours"], errors="coerce") - pd.to_numeric(df["paper"], errors="coerce")
     return df, notes
@@ -149,8 +156,16 @@ def _specbench_records(spec, data, row, run, ar, paper):
     for category, vals in table.items():
         for col in spec["columns"]:
             ours = 1.0 if (run.is_baseline and col == "speedup") else vals.get(col)
-            out.append({"data": category, "label": row["label"], "metric": col, "ours": ours, "stderr": None,
-                        "paper": _paper_value(paper, spec, data, row, col, category)})
+            out.append(
+                {
+                    "data": category,
+                    "label": row["label"],
+                    "metric": col,
+                    "ours": ours,
+                    "stderr": None,
+                    "paper": _paper_value(paper, spec, data, row, col, category),
+                }
+            )
     return out
 
 
@@ -166,6 +181,7 @@ def _label(metric: str) -> str:
 
 def wide(df: pd.DataFrame) -> pd.DataFrame:
     """Rows = method labels, columns = (data, metric) with 'ours (paper)'."""
+
     def cell(r):
         text = _fmt(r["ours"], r["metric"])
         if r["stderr"] is not None and not pd.isna(r["stderr"]) and r["ours"] is not None:
@@ -204,12 +220,22 @@ def _runs_frame(runs: list[Run]) -> pd.DataFrame:
     rows = []
     for r in runs:
         s, c = r.summary, r.config
-        rows.append({"pair": c["pair"]["name"], "data": c["data"]["name"], "method": c["method"]["name"],
-                     "baseline": r.is_baseline,
-                     "delta": c["method"]["params"].get("delta"), "m": c["m"], "seed": c["seed"],
-                     "score": s.get("score"), "score_stderr": s.get("score_stderr"),
-                     "accepted_length": s.get("accepted_length"), "tokens_per_s": s.get("tokens_per_s"),
-                     "run": r})
+        rows.append(
+            {
+                "pair": c["pair"]["name"],
+                "data": c["data"]["name"],
+                "method": c["method"]["name"],
+                "baseline": r.is_baseline,
+                "delta": c["method"]["params"].get("delta"),
+                "m": c["m"],
+                "seed": c["seed"],
+                "score": s.get("score"),
+                "score_stderr": s.get("score_stderr"),
+                "accepted_length": s.get("accepted_length"),
+                "tokens_per_s": s.get("tokens_per_s"),
+                "run": r,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -233,7 +259,7 @@ def figures(runs: list[Run], out_dir: Path | str = RESULTS / "figures") -> dict[
         made[name] = out / f"{name}.png"
 
     task_runs = df[df["data"] != "specbench"] if len(df) else df
-    for (pair, data), g in (task_runs.groupby(["pair", "data"]) if len(task_runs) else []):
+    for (pair, data), g in task_runs.groupby(["pair", "data"]) if len(task_runs) else []:
         fig, ax = plt.subplots(figsize=(5, 3.6))
         ver = g[g["baseline"]]
         if len(ver) and ver["score"].notna().any():
@@ -242,8 +268,9 @@ def figures(runs: list[Run], out_dir: Path | str = RESULTS / "figures") -> dict[
             ax.axhspan(v["score"] - sd, v["score"] + sd, color="grey", alpha=0.25, label="verifier ±1σ")
             ax.axhline(v["score"], color="grey", lw=1)
         for method, h in g[~g["baseline"]].groupby("method"):
-            ax.errorbar(h["accepted_length"], h["score"], yerr=h["score_stderr"].fillna(0), fmt="o", label=method,
-                        capsize=2)
+            ax.errorbar(
+                h["accepted_length"], h["score"], yerr=h["score_stderr"].fillna(0), fmt="o", label=method, capsize=2
+            )
             for _, r in h.iterrows():
                 if r["delta"] is not None and not pd.isna(r["delta"]):
                     ax.annotate(f"δ={r['delta']:g}", (r["accepted_length"], r["score"]), fontsize=7)
@@ -272,8 +299,11 @@ def figures(runs: list[Run], out_dir: Path | str = RESULTS / "figures") -> dict[
             for _, r in g[~g["baseline"]].iterrows():
                 sp = metrics.speedups(r["run"].samples, ar_run.samples)
                 if sp and sp["throughput"]:
-                    labels.append(r["method"] + (f" δ={r['delta']:g}" if r["delta"] is not None and
-                                                 not pd.isna(r["delta"]) else "") + f" m={r['m']}")
+                    labels.append(
+                        r["method"]
+                        + (f" δ={r['delta']:g}" if r["delta"] is not None and not pd.isna(r["delta"]) else "")
+                        + f" m={r['m']}"
+                    )
                     values.append(sp["throughput"])
             if values:
                 fig, ax = plt.subplots(figsize=(5, 3.2))
@@ -283,7 +313,7 @@ def figures(runs: list[Run], out_dir: Path | str = RESULTS / "figures") -> dict[
                 save(fig, f"fig3_speedup_{data}_{pair}")
 
     spec_runs = df[df["data"] == "specbench"] if len(df) else df
-    for pair, g in (spec_runs.groupby("pair") if len(spec_runs) else []):
+    for pair, g in spec_runs.groupby("pair") if len(spec_runs) else []:
         ar_run = next((r for r in g["run"] if r.is_baseline), None)
         if ar_run is None:
             continue
@@ -293,8 +323,12 @@ def figures(runs: list[Run], out_dir: Path | str = RESULTS / "figures") -> dict[
         cats = [*specbench.SUBTASKS, "overall"]
         for i, r in enumerate(methods):
             table = specbench.speed_metrics(r.samples, ar_run.samples)
-            ax.bar([j + i * width for j in range(len(cats))], [table.get(c, {}).get("speedup", 0) for c in cats],
-                   width, label=r.folder.name.split("_s")[0])
+            ax.bar(
+                [j + i * width for j in range(len(cats))],
+                [table.get(c, {}).get("speedup", 0) for c in cats],
+                width,
+                label=r.folder.name.split("_s")[0],
+            )
         ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cats))], cats, rotation=30, fontsize=8)
         ax.axhline(1.0, color="k", lw=1)
         ax.set(ylabel="speedup", title=f"Spec-Bench speedup per category ({pair})")

@@ -54,12 +54,20 @@ def score_responses(data: str, responses: dict[str, str], root: str | None = Non
     prompts = {str(p.id): p for p in scorer.prompts()}
     unknown = sorted(set(responses) - set(prompts))
     if unknown:
-        raise DataError(f"{len(unknown)} response ids are not {data} ids (e.g. {unknown[:3]}); ids are the "
-                        "dataset's own keys: IFEval `key`, GPQA `Record ID`, GSM8K test row index")
+        raise DataError(
+            f"{len(unknown)} response ids are not {data} ids (e.g. {unknown[:3]}); ids are the "
+            "dataset's own keys: IFEval `key`, GPQA `Record ID`, GSM8K test row index"
+        )
     per_sample = [scorer.score(prompts[i].index, text) for i, text in responses.items()]
-    result = {"data": data, "task": scorer.name, "scored": len(per_sample), "dataset_size": len(prompts),
-              "partial": len(per_sample) < len(prompts), "metrics": scorer.aggregate(per_sample),
-              "primary_metric": scorer.primary_metric}
+    result = {
+        "data": data,
+        "task": scorer.name,
+        "scored": len(per_sample),
+        "dataset_size": len(prompts),
+        "partial": len(per_sample) < len(prompts),
+        "metrics": scorer.aggregate(per_sample),
+        "primary_metric": scorer.primary_metric,
+    }
     return result
 
 

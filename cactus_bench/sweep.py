@@ -36,8 +36,14 @@ def parse(argv: list[str]) -> tuple[str, dict, list[str]]:
 
 
 def run_overrides(spec: dict, row: dict, data: str) -> list[str]:
-    out = [f"pair={spec['pair']}", f"data={data}", f"method={row['method']}", f"m={spec['m']}",
-           f"seed={spec.get('seed', 0)}", f"experiment_name={spec['name']}"]
+    out = [
+        f"pair={spec['pair']}",
+        f"data={data}",
+        f"method={row['method']}",
+        f"m={spec['m']}",
+        f"seed={spec.get('seed', 0)}",
+        f"experiment_name={spec['name']}",
+    ]
     for key, value in row_params(row).items():
         out.append(f"delta={value}" if key == "delta" else f"method.params.{key}={value}")
     for key in ("limit", "max_gen_toks"):

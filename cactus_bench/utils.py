@@ -12,8 +12,18 @@ from pathlib import Path
 
 import torch
 
-PACKAGES = ("torch", "transformers", "tokenizers", "lm_eval", "datasets", "hydra-core", "omegaconf", "wandb",
-            "numpy", "pandas")
+PACKAGES = (
+    "torch",
+    "transformers",
+    "tokenizers",
+    "lm_eval",
+    "datasets",
+    "hydra-core",
+    "omegaconf",
+    "wandb",
+    "numpy",
+    "pandas",
+)
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
@@ -34,10 +44,16 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
 
 def git_commit(cwd: str | os.PathLike | None = None) -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd or Path(__file__).parent, capture_output=True,
-                             text=True, timeout=5)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=cwd or Path(__file__).parent, capture_output=True, text=True, timeout=5)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd or Path(__file__).parent, capture_output=True, text=True, timeout=5
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd or Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     if out.returncode != 0:
@@ -53,8 +69,12 @@ def environment_info() -> dict:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             pass
-    hw = {"machine": platform.machine(), "processor": platform.processor(), "cpu_count": os.cpu_count(),
-          "torch_threads": torch.get_num_threads()}
+    hw = {
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+    }
     if torch.cuda.is_available():
         hw["gpu"] = torch.cuda.get_device_name(0)
         hw["gpu_count"] = torch.cuda.device_count()
@@ -62,5 +82,10 @@ def environment_info() -> dict:
         hw["load_avg"] = os.getloadavg()
     except OSError:
         pass
-    return {"python": sys.version.split()[0], "platform": platform.platform(), "packages": versions,
-            "git_commit": git_commit(), "hardware": hw}
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "packages": versions,
+        "git_commit": git_commit(),
+        "hardware": hw,
+    }

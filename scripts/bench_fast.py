@@ -6,11 +6,10 @@ import json
 import time
 
 import torch
+from bench_speed import PAIRS
 
 from cactus_bench.decode import autoregressive_generate, speculative_generate
 from cactus_bench.utils import environment_info, write_text_atomic
-
-from bench_speed import PAIRS
 
 PATHS = {"eager": {}, "static": {"static_cache": True}, "fast": {"static_cache": True, "compile": True}}
 
@@ -32,40 +31,82 @@ def main():
     for name, kw in PATHS.items():
         t = time.perf_counter()
         for _ in range(2):  # the second call settles recompiles for the bonus/rollback shapes
-            speculative_generate(drafter, verifier, prompts[0], rule="sps", m=args.m, max_new_tokens=args.new_tokens,
-                                 generator=torch.Generator().manual_seed(0), **sampling, **kw)
-            autoregressive_generate(verifier, prompts[0], max_new_tokens=args.new_tokens,
-                                    generator=torch.Generator().manual_seed(0), **sampling, **kw)
+            speculative_generate(
+                drafter,
+                verifier,
+                prompts[0],
+                rule="sps",
+                m=args.m,
+                max_new_tokens=args.new_tokens,
+                generator=torch.Generator().manual_seed(0),
+                **sampling,
+                **kw,
+            )
+            autoregressive_generate(
+                verifier,
+                prompts[0],
+                max_new_tokens=args.new_tokens,
+                generator=torch.Generator().manual_seed(0),
+                **sampling,
+                **kw,
+            )
         compile_s[name] = time.perf_counter() - t
     rows = {name: {"sps_tokens": 0, "sps_time": 0.0, "ar_tokens": 0, "ar_time": 0.0, "tokens": []} for name in PATHS}
     for i, ids in enumerate(prompts):
         for name, kw in PATHS.items():  # interleaved: machine noise hits every path alike
-            s = speculative_generate(drafter, verifier, ids, rule="sps", m=args.m, max_new_tokens=args.new_tokens,
-                                     generator=torch.Generator().manual_seed(i), **sampling, **kw)
-            a = autoregressive_generate(verifier, ids, max_new_tokens=args.new_tokens,
-                                        generator=torch.Generator().manual_seed(i), **sampling, **kw)
+            s = speculative_generate(
+                drafter,
+                verifier,
+                ids,
+                rule="sps",
+                m=args.m,
+                max_new_tokens=args.new_tokens,
+                generator=torch.Generator().manual_seed(i),
+                **sampling,
+                **kw,
+            )
+            a = autoregressive_generate(
+                verifier,
+                ids,
+                max_new_tokens=args.new_tokens,
+                generator=torch.Generator().manual_seed(i),
+                **sampling,
+                **kw,
+            )
             r = rows[name]
             r["sps_tokens"] += len(s.tokens)
             r["sps_time"] += s.wall_time
             r["ar_tokens"] += len(a.tokens)
             r["ar_time"] += a.wall_time
             r["tokens"].append((s.tokens, a.tokens))
-    lines = [f"# Fast path vs eager on this CPU ({args.pair}, m={args.m}, T=0.6, {args.prompts} prompts x "
-             f"{args.new_tokens} tokens)", "",
-             "| path | SpS tok/s | x eager | AR tok/s | x eager | same tokens as eager | warm-up/compile s |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Fast path vs eager on this CPU ({args.pair}, m={args.m}, T=0.6, {args.prompts} prompts x "
+        f"{args.new_tokens} tokens)",
+        "",
+        "| path | SpS tok/s | x eager | AR tok/s | x eager | same tokens as eager | warm-up/compile s |",
+        "|---|---|---|---|---|---|---|",
+    ]
     base = rows["eager"]
     result = {}
     for name, r in rows.items():
         sps, ar = r["sps_tokens"] / r["sps_time"], r["ar_tokens"] / r["ar_time"]
         same = r["tokens"] == base["tokens"]
-        result[name] = {"sps_tokens_per_s": sps, "ar_tokens_per_s": ar, "same_tokens": same,
-                        "warmup_s": compile_s[name]}
-        lines.append(f"| {name} | {sps:.1f} | {sps / (base['sps_tokens'] / base['sps_time']):.2f}x | {ar:.1f} | "
-                     f"{ar / (base['ar_tokens'] / base['ar_time']):.2f}x | {same} | {compile_s[name]:.0f} |")
+        result[name] = {
+            "sps_tokens_per_s": sps,
+            "ar_tokens_per_s": ar,
+            "same_tokens": same,
+            "warmup_s": compile_s[name],
+        }
+        lines.append(
+            f"| {name} | {sps:.1f} | {sps / (base['sps_tokens'] / base['sps_time']):.2f}x | {ar:.1f} | "
+            f"{ar / (base['ar_tokens'] / base['ar_time']):.2f}x | {same} | {compile_s[name]:.0f} |"
+        )
     env = environment_info()
-    lines += ["", f"torch {torch.__version__}, {torch.get_num_threads()} threads, load avg "
-              f"{env['hardware'].get('load_avg')}; command: `make bench-fast`"]
+    lines += [
+        "",
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, load avg "
+        f"{env['hardware'].get('load_avg')}; command: `make bench-fast`",
+    ]
     print("\n".join(lines))
     write_text_atomic(args.out + ".md", "\n".join(lines) + "\n")
     write_text_atomic(args.out + ".json", json.dumps({"args": vars(args), "env": env, "results": result}, indent=1))

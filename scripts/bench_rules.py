@@ -14,8 +14,17 @@ import torch
 from cactus_bench.rules import build_rule
 from cactus_bench.utils import environment_info, write_text_atomic
 
-RULES = [("sps", {}), ("cactus", {"delta": 1.0}), ("cactus_exact", {"delta": 1.0}), ("tas", {}), ("topk", {}),
-         ("interp", {}), ("mentored", {}), ("speccas", {"variant": "token_v3"}), ("speccas", {"variant": "opt"})]
+RULES = [
+    ("sps", {}),
+    ("cactus", {"delta": 1.0}),
+    ("cactus_exact", {"delta": 1.0}),
+    ("tas", {}),
+    ("topk", {}),
+    ("interp", {}),
+    ("mentored", {}),
+    ("speccas", {"variant": "token_v3"}),
+    ("speccas", {"variant": "opt"}),
+]
 
 
 def timeit(fn, device, repeat):
@@ -58,10 +67,13 @@ def main():
             call = partial(rule.verify, p, q, d, g, check=False, return_kl=True, draft_raw=p, target_raw=q)
             t = timeit(call, device, args.repeat)
             rows.append({"rule": label, "m": m, "ms": t * 1e3, "x_softmax": t / floor})
-    lines = [f"# verify() time per call, B=1, V={args.vocab}, {device.type} ({platform.processor() or 'cpu'}), "
-             f"torch {torch.__version__}, {torch.get_num_threads()} threads", "",
-             "| rule | " + " | ".join(f"m={m} ms (x softmax)" for m in args.m) + " |",
-             "|---|" + "---|" * len(args.m)]
+    lines = [
+        f"# verify() time per call, B=1, V={args.vocab}, {device.type} ({platform.processor() or 'cpu'}), "
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads",
+        "",
+        "| rule | " + " | ".join(f"m={m} ms (x softmax)" for m in args.m) + " |",
+        "|---|" + "---|" * len(args.m),
+    ]
     for label in dict.fromkeys(r["rule"] for r in rows):
         cells = [f"{r['ms']:.2f} ({r['x_softmax']:.1f}x)" for r in rows if r["rule"] == label]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")

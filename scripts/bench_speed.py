@@ -37,8 +37,9 @@ class ForwardMeter:
     def __init__(self, *models):
         self.n, self.t, self._start = 0, 0.0, 0.0
         self.counted = models[0]
-        self.handles = [h for m in models for h in (m.register_forward_pre_hook(self.pre),
-                                                      m.register_forward_hook(self.post))]
+        self.handles = [
+            h for m in models for h in (m.register_forward_pre_hook(self.pre), m.register_forward_hook(self.post))
+        ]
 
     def pre(self, module, args):
         self._start = time.perf_counter()
@@ -53,9 +54,16 @@ class ForwardMeter:
 
 
 def hf_generate(verifier, drafter, ids, args, seed):
-    cfg = GenerationConfig(do_sample=args.temperature > 0, temperature=args.temperature or None,
-                           top_k=args.top_k or None, top_p=args.top_p, max_new_tokens=args.new_tokens,
-                           min_new_tokens=args.new_tokens, eos_token_id=None, pad_token_id=0)
+    cfg = GenerationConfig(
+        do_sample=args.temperature > 0,
+        temperature=args.temperature or None,
+        top_k=args.top_k or None,
+        top_p=args.top_p,
+        max_new_tokens=args.new_tokens,
+        min_new_tokens=args.new_tokens,
+        eos_token_id=None,
+        pad_token_id=0,
+    )
     kw = {}
     if drafter is not None:
         # transformers ignores num_assistant_tokens passed to generate(): set it on the drafter's config,
@@ -85,17 +93,37 @@ def run_pair(name, args):
 
     def ours_sps(ids, seed, **engine_kw):
         timer = ForwardTimer()
-        out = speculative_generate(drafter, verifier, ids, rule="sps", m=args.m, max_new_tokens=args.new_tokens,
-                                   generator=torch.Generator().manual_seed(seed), forward_timer=timer, **sampling,
-                                   **engine_kw)
+        out = speculative_generate(
+            drafter,
+            verifier,
+            ids,
+            rule="sps",
+            m=args.m,
+            max_new_tokens=args.new_tokens,
+            generator=torch.Generator().manual_seed(seed),
+            forward_timer=timer,
+            **sampling,
+            **engine_kw,
+        )
         s = out.summary()
         # the timer skips the prefill; the prefill is (nearly all) forwards too
-        return {"tokens": s["new_tokens"], "wall": out.wall_time, "tau": s["tau"], "al": s["accepted_length"],
-                "fwd_share": (timer.seconds + out.prefill_time) / out.wall_time}
+        return {
+            "tokens": s["new_tokens"],
+            "wall": out.wall_time,
+            "tau": s["tau"],
+            "al": s["accepted_length"],
+            "fwd_share": (timer.seconds + out.prefill_time) / out.wall_time,
+        }
 
     def ours_ar(ids, seed, **engine_kw):
-        out = autoregressive_generate(verifier, ids, max_new_tokens=args.new_tokens,
-                                      generator=torch.Generator().manual_seed(seed), **sampling, **engine_kw)
+        out = autoregressive_generate(
+            verifier,
+            ids,
+            max_new_tokens=args.new_tokens,
+            generator=torch.Generator().manual_seed(seed),
+            **sampling,
+            **engine_kw,
+        )
         return {"tokens": len(out.tokens), "wall": out.wall_time, "tau": 1.0}
 
     methods = {
@@ -134,8 +162,10 @@ def run_pair(name, args):
 
     res = {k: agg(k) for k in rows}
     result = {
-        "pair": name, "verifier_params_M": sum(p.numel() for p in verifier.parameters()) / 1e6,
-        "drafter_params_M": sum(p.numel() for p in drafter.parameters()) / 1e6, "verify_forward_ms": verify_ms,
+        "pair": name,
+        "verifier_params_M": sum(p.numel() for p in verifier.parameters()) / 1e6,
+        "drafter_params_M": sum(p.numel() for p in drafter.parameters()) / 1e6,
+        "verify_forward_ms": verify_ms,
         "methods": res,
         "sps_vs_hf_assisted": res["ours_sps"]["tokens_per_s"] / res["hf_assisted"]["tokens_per_s"],
         "ar_vs_hf_generate": res["ours_ar"]["tokens_per_s"] / res["hf_generate"]["tokens_per_s"],
@@ -187,18 +217,27 @@ def main():
             f"{100 * r['outside_forward_share']:.1f}% / {100 * r['hf_assisted_outside_forward_share']:.1f}% |"
         )
     if args.fast:
-        lines += ["", "Our fast path (static KV cache + torch.compile), same run, prompts and seeds:", "",
-                  "| pair | ours fast SpS tok/s | **vs HF assisted** | ours fast AR tok/s | **vs HF generate** |",
-                  "|---|---|---|---|---|"]
+        lines += [
+            "",
+            "Our fast path (static KV cache + torch.compile), same run, prompts and seeds:",
+            "",
+            "| pair | ours fast SpS tok/s | **vs HF assisted** | ours fast AR tok/s | **vs HF generate** |",
+            "|---|---|---|---|---|",
+        ]
         for r in results:
             m = r["methods"]
-            lines.append(f"| {r['pair']} | {m['ours_sps_fast']['tokens_per_s']:.1f} | "
-                         f"**{r['fast_sps_vs_hf_assisted']:.2f}x** | {m['ours_ar_fast']['tokens_per_s']:.1f} | "
-                         f"**{r['fast_ar_vs_hf_generate']:.2f}x** |")
+            lines.append(
+                f"| {r['pair']} | {m['ours_sps_fast']['tokens_per_s']:.1f} | "
+                f"**{r['fast_sps_vs_hf_assisted']:.2f}x** | {m['ours_ar_fast']['tokens_per_s']:.1f} | "
+                f"**{r['fast_ar_vs_hf_generate']:.2f}x** |"
+            )
     env = environment_info()
-    lines += ["", f"torch {torch.__version__}, {torch.get_num_threads()} threads, load avg "
-              f"{env['hardware'].get('load_avg')}; command: `python scripts/bench_speed.py "
-              f"--m {args.m} --prompts {args.prompts} --new-tokens {args.new_tokens}{' --fast' if args.fast else ''}`"]
+    lines += [
+        "",
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, load avg "
+        f"{env['hardware'].get('load_avg')}; command: `python scripts/bench_speed.py "
+        f"--m {args.m} --prompts {args.prompts} --new-tokens {args.new_tokens}{' --fast' if args.fast else ''}`",
+    ]
     table = "\n".join(lines)
     print(table)
     write_text_atomic(args.out + ".md", table + "\n")

@@ -43,16 +43,48 @@ from cactus_bench.rules import build_rule  # noqa: E402
 from cactus_bench.utils import environment_info, write_text_atomic  # noqa: E402
 
 SHAPES = {  # the real Qwen3 shapes (config.json of the hub models)
-    "qwen3-0.6b": dict(hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
-                       head_dim=128, intermediate_size=3072, vocab_size=151936, tie_word_embeddings=True),
-    "qwen3-8b": dict(hidden_size=4096, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
-                     head_dim=128, intermediate_size=12288, vocab_size=151936, tie_word_embeddings=False),
+    "qwen3-0.6b": dict(
+        hidden_size=1024,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        intermediate_size=3072,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+    ),
+    "qwen3-8b": dict(
+        hidden_size=4096,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        intermediate_size=12288,
+        vocab_size=151936,
+        tie_word_embeddings=False,
+    ),
 }
 SMALL = {
-    "small-drafter": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                          head_dim=32, intermediate_size=384, vocab_size=4096, tie_word_embeddings=True),
-    "small-verifier": dict(hidden_size=512, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=4,
-                           head_dim=64, intermediate_size=1536, vocab_size=4096, tie_word_embeddings=False),
+    "small-drafter": dict(
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        intermediate_size=384,
+        vocab_size=4096,
+        tie_word_embeddings=True,
+    ),
+    "small-verifier": dict(
+        hidden_size=512,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        head_dim=64,
+        intermediate_size=1536,
+        vocab_size=4096,
+        tie_word_embeddings=False,
+    ),
 }
 PEAK_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.0e12}  # bytes/s, HBM
 PAPER_AL = {20: {"SpS": 5.11, "Cactus δ=1": 7.00}, 10: {f"AL={a}": a for a in (2.0, 3.0, 4.0, 5.0, 6.0, 7.0)}}
@@ -90,8 +122,12 @@ def forward_times(model, device, context: int, sizes: list[int], static: bool, c
     prompt = torch.randint(0, model.config.vocab_size, (1, context), device=device)
     for n in sizes:
         # the cache-size bucket the decode loops use, so these compiled graphs are the ones they reuse
-        state = CachedModel(model, device, static_cache_len(context + n + 1) if (static or compile) else None,
-                              frozenset({(n, n)}) if compile else frozenset())
+        state = CachedModel(
+            model,
+            device,
+            static_cache_len(context + n + 1) if (static or compile) else None,
+            frozenset({(n, n)}) if compile else frozenset(),
+        )
         with torch.inference_mode():
             state.forward(prompt, keep=1, prefill=True)
             new = torch.randint(0, model.config.vocab_size, (1, n), device=device)
@@ -109,12 +145,18 @@ def round_overhead(drafter, verifier, device, prompt, m, new_tokens, **fast) -> 
     kw = dict(rule="cactus", m=m, max_new_tokens=new_tokens, temperature=0.6, top_k=20, top_p=0.95, **fast)
     speculative_generate(drafter, verifier, prompt, generator=torch.Generator(device).manual_seed(0), **kw)  # warm
     timer = ForwardTimer(sync=True)
-    out = speculative_generate(drafter, verifier, prompt, generator=torch.Generator(device).manual_seed(0),
-                               forward_timer=timer, **kw)
+    out = speculative_generate(
+        drafter, verifier, prompt, generator=torch.Generator(device).manual_seed(0), forward_timer=timer, **kw
+    )
     rounds = out.wall_time - out.prefill_time
-    return {"rounds": out.verifier_calls, "round_ms": 1e3 * rounds / out.verifier_calls,
-            "forward_ms": 1e3 * timer.seconds / out.verifier_calls, "overhead_pct": 100 * (1 - timer.seconds / rounds),
-            "tokens_per_s": len(out.tokens) / out.wall_time, "accepted_length": out.accepted_length}
+    return {
+        "rounds": out.verifier_calls,
+        "round_ms": 1e3 * rounds / out.verifier_calls,
+        "forward_ms": 1e3 * timer.seconds / out.verifier_calls,
+        "overhead_pct": 100 * (1 - timer.seconds / rounds),
+        "tokens_per_s": len(out.tokens) / out.wall_time,
+        "accepted_length": out.accepted_length,
+    }
 
 
 def main():
@@ -131,8 +173,14 @@ def main():
     dtype = torch.float32 if args.small else torch.bfloat16
     shapes = SMALL if args.small else SHAPES
     (d_name, d_shape), (v_name, v_shape) = shapes.items()
-    report = {"device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu", "dtype": str(dtype),
-              "drafter": d_name, "verifier": v_name, "context": args.context, "env": environment_info()}
+    report = {
+        "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu",
+        "dtype": str(dtype),
+        "drafter": d_name,
+        "verifier": v_name,
+        "context": args.context,
+        "env": environment_info(),
+    }
     log = lambda s: print(s, flush=True)  # noqa: E731
     t0 = time.perf_counter()
     drafter = build(d_shape, dtype, device, 0)
@@ -155,15 +203,24 @@ def main():
     # 1. AR ms/token and bandwidth
     ar = {}
     for label, kw in (("eager", {}), ("fast", fast)):
-        autoregressive_generate(verifier, prompt, max_new_tokens=8, generator=torch.Generator(device).manual_seed(0),
-                                **kw)
-        out_ar = autoregressive_generate(verifier, prompt, max_new_tokens=args.ar_tokens,
-                                         generator=torch.Generator(device).manual_seed(0), **kw)
+        autoregressive_generate(
+            verifier, prompt, max_new_tokens=8, generator=torch.Generator(device).manual_seed(0), **kw
+        )
+        out_ar = autoregressive_generate(
+            verifier, prompt, max_new_tokens=args.ar_tokens, generator=torch.Generator(device).manual_seed(0), **kw
+        )
         ms = 1e3 * (out_ar.wall_time - out_ar.prefill_time) / len(out_ar.tokens)
         ar[label] = {"ms_per_token": ms, "tokens": out_ar.tokens}
     param_bytes = sum(p.numel() * p.element_size() for p in verifier.parameters())
-    kv_bytes = 2 * v_shape["num_hidden_layers"] * v_shape["num_key_value_heads"] * v_shape["head_dim"] * \
-        args.context * torch.finfo(dtype).bits // 8
+    kv_bytes = (
+        2
+        * v_shape["num_hidden_layers"]
+        * v_shape["num_key_value_heads"]
+        * v_shape["head_dim"]
+        * args.context
+        * torch.finfo(dtype).bits
+        // 8
+    )
     peak = next((v for k, v in PEAK_BANDWIDTH.items() if k in report["device"]), None)
     for row in ar.values():
         row["bandwidth_GBps"] = (param_bytes + kv_bytes) / (row["ms_per_token"] / 1e3) / 1e9
@@ -175,10 +232,22 @@ def main():
     # 2. eager vs fast token equality
     same = {}
     for temperature in (0.0, 0.6):
-        toks = [speculative_generate(drafter, verifier, prompt, rule="cactus", m=args.m[0], max_new_tokens=48,
-                                     temperature=temperature, top_k=20, top_p=0.95,
-                                     generator=torch.Generator(device).manual_seed(1), **kw).tokens
-                for kw in ({}, fast)]
+        toks = [
+            speculative_generate(
+                drafter,
+                verifier,
+                prompt,
+                rule="cactus",
+                m=args.m[0],
+                max_new_tokens=48,
+                temperature=temperature,
+                top_k=20,
+                top_p=0.95,
+                generator=torch.Generator(device).manual_seed(1),
+                **kw,
+            ).tokens
+            for kw in ({}, fast)
+        ]
         same[f"T={temperature}"] = toks[0] == toks[1]
     same["ar_T=0.6"] = ar["eager"]["tokens"] == ar["fast"]["tokens"]
     report["eager_equals_fast"] = same
@@ -187,15 +256,19 @@ def main():
     # 3. full round vs the sum of its forwards
     report["rounds"] = {}
     for m in args.m:
-        report["rounds"][m] = {label: round_overhead(drafter, verifier, device, prompt, m, 4 * m, **kw)
-                               for label, kw in (("eager", {}), ("fast", fast))}
+        report["rounds"][m] = {
+            label: round_overhead(drafter, verifier, device, prompt, m, 4 * m, **kw)
+            for label, kw in (("eager", {}), ("fast", fast))
+        }
     save("rounds")
 
     # 4. drafter step and verify(m+1)
     sizes = sorted({1, 2, *[m + 1 for m in args.m]})
     report["forward_ms"] = {}
-    for label, kw in (("eager", {"static": False, "compile": False}), ("fast", {"static": True,
-                                                                              "compile": fast["compile"]})):
+    for label, kw in (
+        ("eager", {"static": False, "compile": False}),
+        ("fast", {"static": True, "compile": fast["compile"]}),
+    ):
         report["forward_ms"][label] = {
             "drafter_step": 1e3 * forward_times(drafter, device, args.context, [1], **kw)[1],
             "verify": {n - 1: 1e3 * t for n, t in forward_times(verifier, device, args.context, sizes, **kw).items()},
@@ -228,16 +301,19 @@ def main():
             r = report["rounds"].get(m, {}).get(label)
             extra = (r["round_ms"] - r["forward_ms"]) if r else 0.0
             round_ms = m * f["drafter_step"] + f["verify"][m] + extra
-            report["cost_model"].setdefault(label, {})[m] = {name: (al + 1) * t_ar / round_ms
-                                                             for name, al in als.items()}
+            report["cost_model"].setdefault(label, {})[m] = {
+                name: (al + 1) * t_ar / round_ms for name, al in als.items()
+            }
     save("cost_model")
     print(markdown(report))
 
 
 def markdown(r: dict) -> str:
     """The report as Markdown tables; sections not measured yet (a partial save) are left out."""
-    lines = [f"# Device check: {r['drafter']} + {r['verifier']} on {r['device']} ({r['dtype']}), "
-             f"context {r['context']}", ""]
+    lines = [
+        f"# Device check: {r['drafter']} + {r['verifier']} on {r['device']} ({r['dtype']}), context {r['context']}",
+        "",
+    ]
     if "ar" in r:
         lines += ["| AR (verifier alone) | ms/token | GB/s | % of peak |", "|---|---|---|---|"]
         for label in ("eager", "fast"):
@@ -247,19 +323,28 @@ def markdown(r: dict) -> str:
     if "eager_equals_fast" in r:
         lines += ["", f"eager vs fast, same seed, same tokens: {r['eager_equals_fast']}"]
     if "rounds" in r:
-        lines += ["", "| round (Cactus, T=0.6) | path | round ms | in forwards ms | outside forwards | tok/s |",
-                  "|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "| round (Cactus, T=0.6) | path | round ms | in forwards ms | outside forwards | tok/s |",
+            "|---|---|---|---|---|---|",
+        ]
         for m, paths in r["rounds"].items():
             for label, x in paths.items():
-                lines.append(f"| m={m} | {label} | {x['round_ms']:.2f} | {x['forward_ms']:.2f} | "
-                             f"{x['overhead_pct']:.1f}% | {x['tokens_per_s']:.1f} |")
+                lines.append(
+                    f"| m={m} | {label} | {x['round_ms']:.2f} | {x['forward_ms']:.2f} | "
+                    f"{x['overhead_pct']:.1f}% | {x['tokens_per_s']:.1f} |"
+                )
     if "forward_ms" in r:
         verify_ms = r["forward_ms"]["eager"]["verify"]
-        lines += ["", "| forwards (ms) | drafter step | " + " | ".join(f"verify m={m}" for m in verify_ms) + " |",
-                  "|---|---|" + "---|" * len(verify_ms)]
+        lines += [
+            "",
+            "| forwards (ms) | drafter step | " + " | ".join(f"verify m={m}" for m in verify_ms) + " |",
+            "|---|---|" + "---|" * len(verify_ms),
+        ]
         for label, f in r["forward_ms"].items():
-            lines.append(f"| {label} | {f['drafter_step']:.2f} | "
-                         + " | ".join(f"{v:.2f}" for v in f["verify"].values()) + " |")
+            lines.append(
+                f"| {label} | {f['drafter_step']:.2f} | " + " | ".join(f"{v:.2f}" for v in f["verify"].values()) + " |"
+            )
     if "rules_ms" in r:
         names = list(next(iter(r["rules_ms"].values())))
         lines += ["", "| rule kernel ms (V=151,936) | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
@@ -273,8 +358,10 @@ def markdown(r: dict) -> str:
             for label, by_m in r["cost_model"].items():
                 if m in by_m:
                     lines.append(f"| {label} | " + " | ".join(f"{by_m[m][n]:.2f}×" for n in names) + " |")
-    lines.append(f"\n(took {r['seconds']:.0f}s; torch {r['env']['packages'].get('torch')}, "
-                 f"transformers {r['env']['packages'].get('transformers')})")
+    lines.append(
+        f"\n(took {r['seconds']:.0f}s; torch {r['env']['packages'].get('torch')}, "
+        f"transformers {r['env']['packages'].get('transformers')})"
+    )
     return "\n".join(lines) + "\n"
 
 

@@ -31,8 +31,10 @@ def cfg_of(*overrides, results=None, pair_dir=None):
         return compose("config", overrides=[*overrides, *extra])
 
 
-GROUPS = {g: sorted(p.stem for p in (CONF / g).glob("*.yaml"))
-          for g in ("pair", "method", "data", "sampling", "tracking", "engine", "experiment")}
+GROUPS = {
+    g: sorted(p.stem for p in (CONF / g).glob("*.yaml"))
+    for g in ("pair", "method", "data", "sampling", "tracking", "engine", "experiment")
+}
 
 
 @pytest.mark.parametrize("group,option", [(g, o) for g, opts in GROUPS.items() for o in opts])
@@ -55,8 +57,9 @@ def test_readme_commands_compose():
     assert cfg.pair.drafter == "embedded:tiny/drafter" and cfg.limit == 3
 
 
-@pytest.mark.parametrize("spec_path", sorted(p for p in (ROOT / "sweeps").glob("*.yaml") if p.stem != "wandb_delta"),
-                         ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "spec_path", sorted(p for p in (ROOT / "sweeps").glob("*.yaml") if p.stem != "wandb_delta"), ids=lambda p: p.stem
+)
 def test_every_sweep_spec_composes_into_valid_runs(spec_path):
     from cactus_bench.sweep import run_overrides
 
@@ -78,14 +81,17 @@ def test_cluster_launchers_compose(launcher, target):
     assert cfg.hydra.launcher._target_.endswith(target)
 
 
-@pytest.mark.parametrize("overrides,match", [
-    (["delta=-1"], "delta=-1.0 is not valid: the divergence budget must be >= 0"),
-    (["m=0"], "m=0 is not valid"),
-    (["limit=0"], "limit=0 is not valid"),
-    (["sampling.top_p=2"], "sampling.top_p=2.0 is not valid"),
-    (["method=topk", "method.params.k=0"], "k must be an integer >= 1"),
-    (["method=tas", "method.params.recovery=mode"], "recovery must be one of"),
-])
+@pytest.mark.parametrize(
+    "overrides,match",
+    [
+        (["delta=-1"], "delta=-1.0 is not valid: the divergence budget must be >= 0"),
+        (["m=0"], "m=0 is not valid"),
+        (["limit=0"], "limit=0 is not valid"),
+        (["sampling.top_p=2"], "sampling.top_p=2.0 is not valid"),
+        (["method=topk", "method.params.k=0"], "k must be an integer >= 1"),
+        (["method=tas", "method.params.recovery=mode"], "recovery must be one of"),
+    ],
+)
 def test_bad_values_fail_before_any_model_loads(overrides, match, monkeypatch):
     monkeypatch.setattr(run_mod, "get_pair", lambda cfg: pytest.fail("loaded a model for a bad config"))
     with pytest.raises(ConfigError, match=match):
@@ -100,8 +106,7 @@ def test_unknown_group_option_and_bad_type_are_hydra_errors():
 
 
 def test_cli_reports_a_bad_value_clearly():
-    out = subprocess.run([sys.executable, "-m", "cactus_bench", "delta=-0.5"], capture_output=True, text=True,
-                         cwd=ROOT)
+    out = subprocess.run([sys.executable, "-m", "cactus_bench", "delta=-0.5"], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 2 and "delta=-0.5 is not valid" in out.stderr
 
 
@@ -109,8 +114,18 @@ def test_cli_reports_a_bad_value_clearly():
 
 
 def test_end_to_end_run_writes_a_complete_store(small_pair_dir, tmp_path):
-    cfg = cfg_of("pair=tiny", "data=arith", "method=cactus", "delta=0.75", "limit=3", "m=3", "max_gen_toks=12",
-                 "progress=false", results=tmp_path, pair_dir=small_pair_dir)
+    cfg = cfg_of(
+        "pair=tiny",
+        "data=arith",
+        "method=cactus",
+        "delta=0.75",
+        "limit=3",
+        "m=3",
+        "max_gen_toks=12",
+        "progress=false",
+        results=tmp_path,
+        pair_dir=small_pair_dir,
+    )
     summary = run_mod.run(cfg)
     folder = run_dir(cfg)
     assert {p.name for p in folder.iterdir()} >= {"config.yaml", "manifest.json", "samples.jsonl", "summary.json"}
@@ -128,8 +143,17 @@ def test_end_to_end_run_writes_a_complete_store(small_pair_dir, tmp_path):
 
 @pytest.mark.parametrize("data", ["gsm8k", "ifeval", "gpqa"])
 def test_each_benchmark_runs_end_to_end_with_the_tiny_pair(small_pair_dir, tmp_path, data):
-    cfg = cfg_of("pair=tiny", f"data={data}", "method=sps", "limit=2", "m=2", "max_gen_toks=8", "progress=false",
-                 results=tmp_path, pair_dir=small_pair_dir)
+    cfg = cfg_of(
+        "pair=tiny",
+        f"data={data}",
+        "method=sps",
+        "limit=2",
+        "m=2",
+        "max_gen_toks=8",
+        "progress=false",
+        results=tmp_path,
+        pair_dir=small_pair_dir,
+    )
     summary = run_mod.run(cfg)
     assert summary["samples"] == 2 and summary["scores"] and summary["verifier_calls"] > 0
 
@@ -167,8 +191,9 @@ def test_killed_run_resumes_without_duplicates_or_recomputation(small_pair_dir, 
     with open(folder / "samples.jsonl", "a") as f:
         f.write('{"index": 2, "id": 2, "respo')  # a write cut off by the crash
 
-    monkeypatch.setattr(TaskBenchmark, "run", lambda self, lm, prompt: calls.append(prompt.index)
-                        or real(self, lm, prompt))
+    monkeypatch.setattr(
+        TaskBenchmark, "run", lambda self, lm, prompt: calls.append(prompt.index) or real(self, lm, prompt)
+    )
     summary = run_mod.run(cfg_of(*args, results=tmp_path, pair_dir=small_pair_dir))
     assert calls == [0, 1, 2, 3, 4]  # 0 and 1 were not recomputed; 2 (half-written) was
     indices = [s["index"] for s in RunStore(folder).samples()]
@@ -187,8 +212,18 @@ def test_a_larger_limit_continues_the_same_run(small_pair_dir, tmp_path):
 def test_wandb_offline_writes_files(small_pair_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb_dir"))
-    cfg = cfg_of("pair=tiny", "data=arith", "method=cactus", "limit=2", "m=2", "max_gen_toks=8", "tracking=wandb",
-                 "progress=false", results=tmp_path, pair_dir=small_pair_dir)
+    cfg = cfg_of(
+        "pair=tiny",
+        "data=arith",
+        "method=cactus",
+        "limit=2",
+        "m=2",
+        "max_gen_toks=8",
+        "tracking=wandb",
+        "progress=false",
+        results=tmp_path,
+        pair_dir=small_pair_dir,
+    )
     run_mod.run(cfg)
     offline = list(run_dir(cfg).glob("wandb/offline-run-*"))
     assert offline and any(p.suffix == ".wandb" for p in offline[0].iterdir())
@@ -206,8 +241,15 @@ def fixture_store(small_pair_dir, tmp_path_factory):
     results = tmp_path_factory.mktemp("store") / "runs"
     spec = load_spec(ROOT / "sweeps" / "demo.yaml")
     for row in spec["rows"]:
-        overrides = ["pair=tiny", "data=arith", f"method={row['method']}", "m=3", "limit=3", "max_gen_toks=10",
-                     "progress=false"] + ([f"delta={row['delta']}"] if "delta" in row else [])
+        overrides = [
+            "pair=tiny",
+            "data=arith",
+            f"method={row['method']}",
+            "m=3",
+            "limit=3",
+            "max_gen_toks=10",
+            "progress=false",
+        ] + ([f"delta={row['delta']}"] if "delta" in row else [])
         run_mod.run(cfg_of(*overrides, results=results, pair_dir=small_pair_dir))
     return results
 
@@ -247,8 +289,9 @@ def test_notebook_regenerates_the_figures_headless(fixture_store, tmp_path):
     env = {"CACTUS_BENCH_RESULTS_DIR": str(fixture_store), "CACTUS_BENCH_FIGURES_DIR": str(tmp_path)}
     os.environ.update(env)
     try:
-        nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                                resources={"metadata": {"path": str(ROOT)}}).execute()
+        nbclient.NotebookClient(
+            nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}
+        ).execute()
     finally:
         for k in env:
             os.environ.pop(k)
@@ -264,3 +307,29 @@ def test_gated_dataset_without_credentials_fails_before_models_load(monkeypatch)
     monkeypatch.setattr(run_mod, "get_pair", lambda cfg: pytest.fail("loaded a model before the data check"))
     with pytest.raises(DataError, match="gated"):
         run_mod.run(cfg_of("data=gpqa"))
+
+
+def test_lm_eval_drives_our_model_by_name(small_pair_dir):
+    """lm-eval's own evaluator builds `cactus` from a model_args string and scores our task with it."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    from cactus_bench.benchmarks.lm import CactusLM
+    from cactus_bench.benchmarks.scoring import TASKS_DIR
+
+    args = (
+        f"drafter={small_pair_dir / 'drafter'},verifier={small_pair_dir / 'verifier'},method=cactus,"
+        "delta=0.75,m=3,max_gen_toks=8,dtype=float32,device=cpu"
+    )
+    tasks = TaskManager(include_path=str(TASKS_DIR), include_defaults=False)
+    result = lm_eval.simple_evaluate(
+        model="cactus", model_args=args, tasks=["cactus_arith"], limit=2, task_manager=tasks
+    )
+    assert result["results"]["cactus_arith"]["exact_match,strict-match"] in (0.0, 0.5, 1.0)
+    assert result["config"]["model"] == "cactus"
+    lm = CactusLM.create_from_arg_string(args)  # what lm-eval called for the string above
+    assert lm.method.rule.delta == 0.75 and lm.method.m == 3 and lm.sampling["temperature"] == 0.6
+    lm_eval.simple_evaluate(model=lm, tasks=["cactus_arith"], limit=2, task_manager=tasks)
+    assert len(lm.records) == 2 and all(r["drafted"] > 0 and r["new_tokens"] <= 8 for r in lm.records)
+    with pytest.raises(ValueError, match="need verifier"):
+        CactusLM.create_from_arg_string(f"drafter={small_pair_dir / 'drafter'}")

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import tempfile
 
 import datasets
 import pytest
@@ -13,7 +14,7 @@ from cactus_bench.benchmarks.lm import cut_at_stop, strip_thinking
 from cactus_bench.benchmarks.specbench import speed_metrics
 from cactus_bench.score import score_responses, scorer_for
 
-from conftest import DATA
+from .helpers.paths import DATA
 
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason="needs ../shared/data")
 
@@ -48,12 +49,15 @@ def ifeval_item(instruction):
     return next(r for r in rows if r["instruction_id_list"] == [instruction])
 
 
-@pytest.mark.parametrize("instruction,good,bad", [
-    ("punctuation:no_comma", "A plain answer with no pauses at all.", "Well, this one, has commas."),
-    ("change_case:english_lowercase", "all lower case here.", "Not All Lower Case."),
-    ("change_case:english_capital", "ALL CAPITALS HERE.", "Mostly CAPITALS but not all."),
-    ("detectable_format:json_format", '{"answer": "yes"}', "just prose, not json"),
-])
+@pytest.mark.parametrize(
+    "instruction,good,bad",
+    [
+        ("punctuation:no_comma", "A plain answer with no pauses at all.", "Well, this one, has commas."),
+        ("change_case:english_lowercase", "all lower case here.", "Not All Lower Case."),
+        ("change_case:english_capital", "ALL CAPITALS HERE.", "Mostly CAPITALS but not all."),
+        ("detectable_format:json_format", '{"answer": "yes"}', "just prose, not json"),
+    ],
+)
 def test_ifeval_pass_and_fail_on_hand_written_responses(instruction, good, bad):
     scorer = scorer_for("ifeval", DATA)
     row = ifeval_item(instruction)
@@ -79,8 +83,10 @@ def test_ifeval_reproduces_the_published_gpt4_scores():
 def test_gpqa_choices_are_stable_and_the_correct_letter_scores():
     a, b = load_gpqa(DATA)["train"], load_gpqa(DATA)["train"]
     assert len(a) == 198 and a["answer"] == b["answer"] and a["choices"] == b["choices"]
-    code = ("from cactus_bench.benchmarks.data import load_gpqa; import sys; "
-            f"print(','.join(load_gpqa({str(DATA)!r})['train']['answer']))")
+    code = (
+        "from cactus_bench.benchmarks.data import load_gpqa; import sys; "
+        f"print(','.join(load_gpqa({str(DATA)!r})['train']['answer']))"
+    )
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert other.stdout.strip().split("\n")[-1] == ",".join(a["answer"])  # another process, same order
     assert len(set(a["answer"])) == 4  # shuffled, not always the same slot
@@ -93,9 +99,21 @@ def test_gpqa_choices_are_stable_and_the_correct_letter_scores():
 
 
 def test_gpqa_plaintext_never_touches_disk(tmp_path, monkeypatch):
+    """No file written anywhere a load could write (working folder, temp folder, datasets cache) holds any
+    question's text; the control shows the scan finds one that does."""
+    for var, sub in (("TMPDIR", "tmp"), ("HF_DATASETS_CACHE", "hf"), ("HF_HOME", "hf_home")):
+        (tmp_path / sub).mkdir()
+        monkeypatch.setenv(var, str(tmp_path / sub))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
     monkeypatch.chdir(tmp_path)
-    load_gpqa(DATA)
-    assert not list(tmp_path.rglob("*.csv"))
+    questions = [q.encode() for q in load_gpqa(DATA)["train"]["Question"]]
+
+    def leaked():
+        return [p for p in tmp_path.rglob("*") if p.is_file() and any(q[:80] in p.read_bytes() for q in questions)]
+
+    assert not leaked()
+    (tmp_path / "tmp" / "control.bin").write_bytes(b"xx" + questions[5] + b"yy")
+    assert [p.name for p in leaked()] == ["control.bin"]
 
 
 # --- hub path, mocked at the datasets boundary -------------------------------------------------------
@@ -104,8 +122,15 @@ def test_gpqa_plaintext_never_touches_disk(tmp_path, monkeypatch):
 def test_hub_ifeval_kwargs_are_normalised_to_the_local_form(monkeypatch):
     local = load_ifeval(DATA)["train"]
     names = sorted({k for row in local for kw in json.loads(row["kwargs"]) for k in kw})
-    hub_rows = [{"key": r["key"], "prompt": r["prompt"], "instruction_id_list": r["instruction_id_list"],
-                 "kwargs": [{n: kw.get(n) for n in names} for kw in json.loads(r["kwargs"])]} for r in local]
+    hub_rows = [
+        {
+            "key": r["key"],
+            "prompt": r["prompt"],
+            "instruction_id_list": r["instruction_id_list"],
+            "kwargs": [{n: kw.get(n) for n in names} for kw in json.loads(r["kwargs"])],
+        }
+        for r in local
+    ]
     calls = []
 
     def fake_load_dataset(path, name=None, **kw):
@@ -121,19 +146,31 @@ def test_hub_ifeval_kwargs_are_normalised_to_the_local_form(monkeypatch):
 
 def test_hub_gsm8k_and_gated_gpqa(monkeypatch):
     monkeypatch.delenv("CACTUS_BENCH_DATA")
-    fake = datasets.DatasetDict({s: datasets.Dataset.from_list([{"question": "q", "answer": "a\n#### 1"}] * 3)
-                                 for s in ("train", "test")})
+    fake = datasets.DatasetDict(
+        {s: datasets.Dataset.from_list([{"question": "q", "answer": "a\n#### 1"}] * 3) for s in ("train", "test")}
+    )
     seen = []
     monkeypatch.setattr(data_mod.datasets, "load_dataset", lambda p, n=None, **k: seen.append((p, n)) or fake)
     assert data_mod.load_gsm8k(None)["test"]["id"] == [0, 1, 2] and seen == [("openai/gsm8k", "main")]
     monkeypatch.setattr(data_mod, "_hf_token", lambda: None)
     with pytest.raises(DataError, match="gated"):
         load_gpqa(None)
-    row = {"Question": "Q?", "Correct Answer": "right", "Incorrect Answer 1": "w1", "Incorrect Answer 2": "w2",
-           "Incorrect Answer 3": "w3", "Record ID": "rec1", "High-level domain": "Physics", "Subdomain": "x"}
+    row = {
+        "Question": "Q?",
+        "Correct Answer": "right",
+        "Incorrect Answer 1": "w1",
+        "Incorrect Answer 2": "w2",
+        "Incorrect Answer 3": "w3",
+        "Record ID": "rec1",
+        "High-level domain": "Physics",
+        "Subdomain": "x",
+    }
     monkeypatch.setattr(data_mod, "_hf_token", lambda: "hf_fake")
-    monkeypatch.setattr(data_mod.datasets, "load_dataset",
-                        lambda p, n=None, **k: datasets.DatasetDict({"train": datasets.Dataset.from_list([row])}))
+    monkeypatch.setattr(
+        data_mod.datasets,
+        "load_dataset",
+        lambda p, n=None, **k: datasets.DatasetDict({"train": datasets.Dataset.from_list([row])}),
+    )
     got = load_gpqa(None)["train"][0]
     assert got["id"] == "rec1" and got["choices"][ord(got["answer"][1]) - 65] == "right"
 
@@ -171,10 +208,16 @@ def test_bad_inputs_are_clear_errors(tmp_path):
 def test_rescoring_cli_on_partial_responses(tmp_path):
     responses = tmp_path / "responses.jsonl"
     rows = data_mod.load_gsm8k(DATA)["test"]
-    responses.write_text("".join(json.dumps({"id": i, "response": rows[i]["answer"] if i % 2 else "#### -1"}) + "\n"
-                                 for i in range(4)))
-    out = subprocess.run([sys.executable, "-m", "cactus_bench.score", "data=gsm8k", f"responses={responses}"],
-                         capture_output=True, text=True, check=True, cwd=tmp_path)
+    responses.write_text(
+        "".join(json.dumps({"id": i, "response": rows[i]["answer"] if i % 2 else "#### -1"}) + "\n" for i in range(4))
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "cactus_bench.score", "data=gsm8k", f"responses={responses}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    )
     assert not list(tmp_path.glob("*.log"))  # nothing left in the working directory
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["scored"] == 4 and result["partial"] and "scored 4 of 1319" in out.stdout
@@ -200,14 +243,25 @@ def test_thinking_is_removed_and_stop_strings_cut():
 
 def test_specbench_metrics_on_a_hand_computed_example():
     def ans(qid, cat, tokens, wall, lengths, accepted):  # a stored sample: the answer and its statistics
-        answer = {"question_id": qid, "category": cat, "choices": [
-            {"new_tokens": tokens, "wall_time": wall, "accept_lengths": lengths, "accepted_drafts": accepted}]}
-        stats = {"new_tokens": sum(lengths), "verifier_calls": len(lengths), "accepted": sum(accepted),
-                 "wall_time": sum(wall)}
+        answer = {
+            "question_id": qid,
+            "category": cat,
+            "choices": [
+                {"new_tokens": tokens, "wall_time": wall, "accept_lengths": lengths, "accepted_drafts": accepted}
+            ],
+        }
+        stats = {
+            "new_tokens": sum(lengths),
+            "verifier_calls": len(lengths),
+            "accepted": sum(accepted),
+            "wall_time": sum(wall),
+        }
         return {"id": qid, "category": cat, "answer": answer, "stats": stats}
 
-    method = [ans(1, "writing", [10, 10], [1.0, 1.0], [4, 3, 3, 5, 5], [3, 2, 2, 4, 4]),
-              ans(2, "qa", [30], [1.0], [10, 10, 10], [9, 9, 9])]
+    method = [
+        ans(1, "writing", [10, 10], [1.0, 1.0], [4, 3, 3, 5, 5], [3, 2, 2, 4, 4]),
+        ans(2, "qa", [30], [1.0], [10, 10, 10], [9, 9, 9]),
+    ]
     base = [ans(1, "writing", [10, 10], [2.0, 2.0], [1] * 20, []), ans(2, "qa", [30], [3.0], [1] * 30, [])]
     m = speed_metrics(method, base)
     assert m["mt_bench"]["speedup"] == pytest.approx(2.0)  # 10 tok/s vs 5 tok/s

@@ -13,7 +13,7 @@ from cactus_bench.embedded.build import cache_problem, ensure_pair
 from cactus_bench.embedded.tokenizer import chat_text, train_tokenizer
 from cactus_bench.models import load_pair
 
-from conftest import SMALL_SPEC
+from .helpers.paths import SMALL_SPEC
 
 SMALL = SMALL_SPEC
 
@@ -49,8 +49,9 @@ def test_arith_worked_solutions_are_right():
 def test_strict_match_scores_gold_and_rejects_shifted_answers():
     items = arith.generate("test", 100)
     assert all(arith.strict_match(it.answer, it.gold) for it in items)
-    assert not any(arith.strict_match(it.answer.replace(f"#### {it.gold}", f"#### {int(it.gold) + 1}"), it.gold)
-                   for it in items)
+    assert not any(
+        arith.strict_match(it.answer.replace(f"#### {it.gold}", f"#### {int(it.gold) + 1}"), it.gold) for it in items
+    )
     assert arith.extract_strict("no final line") is None
     assert arith.extract_strict("5 + 2 = 7.\nThe answer is 7") is None  # strict: needs the #### line
 
@@ -90,10 +91,22 @@ def test_small_pair_trains_and_loads_through_the_normal_path(small_cache):
     quality = json.loads((folder / "quality.json").read_text())
     assert {"verifier_accuracy", "drafter_accuracy", "sps_acceptance"} <= set(quality)
     pair = load_pair(str(folder / "drafter"), str(folder / "verifier"), device="cpu")
-    prompt = pair.tokenizer.apply_chat_template([{"role": "user", "content": arith.generate("test", 1)[0].question}],
-                                                add_generation_prompt=True, tokenize=True, return_dict=False)
-    out = speculative_generate(pair.drafter, pair.verifier, prompt, rule="cactus", m=3, max_new_tokens=8,
-                               generator=torch.Generator().manual_seed(0), eos_token_id=pair.eos_token_id)
+    prompt = pair.tokenizer.apply_chat_template(
+        [{"role": "user", "content": arith.generate("test", 1)[0].question}],
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=False,
+    )
+    out = speculative_generate(
+        pair.drafter,
+        pair.verifier,
+        prompt,
+        rule="cactus",
+        m=3,
+        max_new_tokens=8,
+        generator=torch.Generator().manual_seed(0),
+        eos_token_id=pair.eos_token_id,
+    )
     assert 1 <= len(out.tokens) <= 8
 
 
@@ -110,11 +123,14 @@ def test_cached_pair_is_reused_not_rebuilt(small_cache, monkeypatch):
     assert ensure_pair(root, spec=SMALL, log=lambda s: None) == folder
 
 
-@pytest.mark.parametrize("damage,expected", [
-    (lambda f: (f / "verifier" / "model.safetensors").write_bytes(b"truncated"), "corrupt"),
-    (lambda f: (f / "drafter" / "config.json").unlink(), "incomplete"),
-    (lambda f: (f / "manifest.json").unlink(), "incomplete"),
-])
+@pytest.mark.parametrize(
+    "damage,expected",
+    [
+        (lambda f: (f / "verifier" / "model.safetensors").write_bytes(b"truncated"), "corrupt"),
+        (lambda f: (f / "drafter" / "config.json").unlink(), "incomplete"),
+        (lambda f: (f / "manifest.json").unlink(), "incomplete"),
+    ],
+)
 def test_corrupt_or_partial_cache_is_rebuilt_with_a_message(tmp_path, damage, expected):
     folder = ensure_pair(tmp_path, spec=SMALL, log=lambda s: None)
     damage(folder)
@@ -154,8 +170,9 @@ def test_a_pair_that_does_not_fit_fails_before_loading(small_cache, monkeypatch)
 
     _, folder, _ = small_cache
     monkeypatch.setattr(models, "free_bytes", lambda device: 1000)  # a device with ~1 kB free
-    monkeypatch.setattr(models.AutoModelForCausalLM, "from_pretrained",
-                        lambda *a, **k: pytest.fail("loaded weights that cannot fit"))
+    monkeypatch.setattr(
+        models.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: pytest.fail("loaded weights that cannot fit")
+    )
     with pytest.raises(MemoryError, match=r"drafter '.*drafter' needs ~0.0 GiB .* has ~0.0 GiB free"):
         load_pair(str(folder / "drafter"), str(folder / "verifier"), device="cpu")
 

@@ -9,7 +9,8 @@ from cactus_bench.rules import RULES, build_rule
 from cactus_bench.rules.base import kl
 from cactus_bench.rules.cactus import binary_kl
 
-import reference_laws as ref
+from .helpers import reference_laws as ref
+from .helpers.rules import CONFIGS
 
 V = 12
 
@@ -40,21 +41,6 @@ def pairs():
 
 PAIRS = pairs()
 IDS = [name for name, _, _ in PAIRS]
-
-# Every rule with its non-default settings, as built by name.
-CONFIGS = [
-    ("sps", {}),
-    ("cactus", {"delta": 0.75}),
-    ("cactus", {"delta": 0.0}),
-    ("cactus_exact", {"delta": 0.5}),
-    ("tas", {}),
-    ("tas", {"epsilon": 0.3, "recovery": "sample"}),
-    ("topk", {"k": 3}),
-    ("interp", {"alpha": 0.4}),
-    ("mentored", {"divergence": 0.05}),
-    ("speccas", {"variant": "token_v3", "alpha": 0.5}),
-    ("speccas", {"variant": "opt", "alpha": 0.3}),
-]
 
 
 def reference(name, params, p, q, rule):
@@ -91,8 +77,9 @@ def test_output_law_matches_independent_reference(name, params, label, p, q):
     assert not torch.isnan(law).any()
     assert abs(float(law.sum()) - 1) < 1e-12
     assert (law >= 0).all()
-    torch.testing.assert_close(law, torch.tensor(reference(name, params, p, q, rule), dtype=torch.float64),
-                               atol=1e-12, rtol=0)
+    torch.testing.assert_close(
+        law, torch.tensor(reference(name, params, p, q, rule), dtype=torch.float64), atol=1e-12, rtol=0
+    )
 
 
 @pytest.mark.parametrize("label,p,q", PAIRS, ids=IDS)
@@ -120,8 +107,11 @@ def test_interp_law_is_the_mixture(alpha, label, p, q):
 
 @pytest.mark.parametrize("label,p,q", PAIRS, ids=IDS)
 def test_cactus_acceptance_is_monotone_in_delta(label, p, q):
-    accs = [acceptance(build_rule(r, delta=d), p, q) for r in ("cactus", "cactus_exact")
-            for d in (0.0, 0.05, 0.2, 0.5, 1.0, 3.0)]
+    accs = [
+        acceptance(build_rule(r, delta=d), p, q)
+        for r in ("cactus", "cactus_exact")
+        for d in (0.0, 0.05, 0.2, 0.5, 1.0, 3.0)
+    ]
     for rule_accs in (accs[:6], accs[6:]):
         assert all(b >= a - 1e-15 for a, b in zip(rule_accs, rule_accs[1:]))
     assert accs[0] == pytest.approx(acceptance(build_rule("sps"), p, q), abs=1e-15)
@@ -162,8 +152,9 @@ def test_cactus_exact_target_stays_within_budget(delta, label, p, q):
     h = rule.target(p.expand(V, V), q.expand(V, V), n)
     assert float(rule.realised_kl(p.expand(V, V), q.expand(V, V), n).max()) <= delta  # exact, by bisection
     assert float(kl(h, q.expand(V, V)).max()) <= delta + 1e-12  # the full sum, up to round-off
-    torch.testing.assert_close(rule.realised_kl(p.expand(V, V), q.expand(V, V), n), kl(h, q.expand(V, V)),
-                               atol=1e-12, rtol=0)
+    torch.testing.assert_close(
+        rule.realised_kl(p.expand(V, V), q.expand(V, V), n), kl(h, q.expand(V, V)), atol=1e-12, rtol=0
+    )
 
 
 def test_cactus_taylor_can_exceed_delta_only_above_one_half():
@@ -191,12 +182,15 @@ def test_mentored_meets_its_budget_with_the_smallest_beta(divergence, label, p, 
 
 def test_readme_worked_example():
     """Official README: q_n = .35, p_n ≈ .795: SpS accepts 44%; Cactus, δ ≈ 0.2: γ ≈ .66, accept ≈ 82%."""
-    qn, pn = torch.tensor(0.35, dtype=torch.float64), torch.tensor(0.795, dtype=torch.float64)
-    assert float(qn / pn) == pytest.approx(0.44, abs=0.005)
+    p = torch.tensor([0.795, 0.205], dtype=torch.float64)  # the drafted token n = 0
+    q = torch.tensor([0.35, 0.65], dtype=torch.float64)
+    n, qn = torch.tensor(0), q[0]
+    assert float(build_rule("sps").accept_prob(p, q, n)) == pytest.approx(0.44, abs=0.005)
     cactus = build_rule("cactus", delta=0.2)
     g = float(cactus.gamma(qn))
     assert g == pytest.approx(0.66, abs=0.01)
-    assert min(1.0, g / float(pn)) == pytest.approx(0.82, abs=0.01)
+    assert float(cactus.accept_prob(p, q, n)) == pytest.approx(0.82, abs=0.01)
+    assert float(cactus.realised_kl(p, q, n)) == pytest.approx(0.20, abs=0.02)
     assert float(binary_kl(torch.tensor(g, dtype=torch.float64), qn)) == pytest.approx(0.20, abs=0.02)
 
 
@@ -244,8 +238,9 @@ def test_speccas_raw_probabilities_drive_the_deferral():
     q_raw[0] = 1.0  # a fully confident raw verifier: T = {0}
     rule = build_rule("speccas", variant="token_v3", alpha=0.5)
     law = rule.output_law(p, q, p_raw=p, q_raw=q_raw)
-    expected = ref.general_identity_law(p.tolist(), [p[0].item() * (i == 0) + (1 - p[0].item()) * q[i].item()
-                                                     for i in range(V)])
+    expected = ref.general_identity_law(
+        p.tolist(), [p[0].item() * (i == 0) + (1 - p[0].item()) * q[i].item() for i in range(V)]
+    )
     torch.testing.assert_close(law, torch.tensor(expected, dtype=torch.float64), atol=1e-12, rtol=0)
     assert not torch.allclose(law, rule.output_law(p, q))
 

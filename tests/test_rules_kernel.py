@@ -4,10 +4,9 @@ import pytest
 import torch
 
 from cactus_bench.rules import build_rule
-from cactus_bench.rules.base import Rule
 
-from stats import P_THRESHOLD, g_test_pvalue
-from test_rules_exact import CONFIGS
+from .helpers.rules import CONFIGS, CONTROLS, BonusFromP, OffByOne
+from .helpers.stats import P_THRESHOLD, g_test_pvalue
 
 TRIALS = 200_000
 M, V = 3, 6
@@ -75,48 +74,6 @@ def test_kernel_output_layout(name, params):
 # --- negative controls: each a realistic bug; the same test must reject it -----------------------
 
 
-class AlwaysAccept(Rule):
-    def __init__(self, inner):
-        self.inner = inner
-
-    def accept_prob(self, p, q, n, **raw):
-        return torch.ones_like(self.inner.accept_prob(p, q, n, **raw))
-
-    def residual(self, p, q, n, **raw):
-        return self.inner.residual(p, q, n, **raw)
-
-
-class ResidualFromQ(AlwaysAccept):
-    def accept_prob(self, p, q, n, **raw):
-        return self.inner.accept_prob(p, q, n, **raw)
-
-    def residual(self, p, q, n, **raw):
-        return q
-
-
-class BonusFromP(ResidualFromQ):
-    """The bonus row comes from the drafter's last distribution instead of q_{m+1}."""
-
-    residual = AlwaysAccept.residual  # the wrapped rule's: only the bonus row is broken
-
-    def verify(self, draft_probs, target_probs, draft_tokens, generator=None, **kw):
-        if draft_probs.shape[1] == 0:  # nothing drafted: no bonus position to get wrong
-            return self.inner.verify(draft_probs, target_probs, draft_tokens, generator, **kw)
-        bad = torch.cat([target_probs[:, :-1], draft_probs[:, -1:]], 1)
-        return self.inner.verify(draft_probs, bad, draft_tokens, generator, **kw)
-
-
-class OffByOne(BonusFromP):
-    """Position j is verified against q_{j+1} (a shifted logits slice)."""
-
-    def verify(self, draft_probs, target_probs, draft_tokens, generator=None, **kw):
-        shifted = torch.cat([target_probs[:, 1:], target_probs[:, -1:]], 1)
-        return self.inner.verify(draft_probs, shifted, draft_tokens, generator, **kw)
-
-
-CONTROLS = [AlwaysAccept, ResidualFromQ, BonusFromP, OffByOne]
-
-
 def law_shift(control, rule):
     """Largest total-variation change the control makes to any law the test looks at."""
     p, q, p_raw, q_raw, _ = scenario()
@@ -179,9 +136,7 @@ def test_qwen3_vocabulary_at_m20(name, params):
     p = torch.softmax(torch.randn(1, m, Vq, generator=g), -1)
     q = torch.softmax(torch.randn(1, m + 1, Vq, generator=g), -1)
     d = torch.multinomial(p[0], 1, generator=g).T
-    emitted, n_acc, kl_pos = build_rule(name, **params).verify(
-        p, q, d, g, draft_raw=p, target_raw=q, return_kl=True
-    )
+    emitted, n_acc, kl_pos = build_rule(name, **params).verify(p, q, d, g, draft_raw=p, target_raw=q, return_kl=True)
     assert emitted.shape == (1, m + 1) and 0 <= int(n_acc) <= m
     assert int(emitted[0, n_acc]) in range(Vq)
     if kl_pos is not None:

@@ -30,8 +30,18 @@ def run(cmd, env, timeout=900):
 
 def test_readme_one_run_writes_a_complete_run_and_reuses_the_cache(env):
     env, results = env
-    cmd = [sys.executable, "-m", "cactus_bench", "pair=tiny", "method=cactus", "delta=0.75", "data=gsm8k",
-           "limit=3", "max_gen_toks=32", "progress=false"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "cactus_bench",
+        "pair=tiny",
+        "method=cactus",
+        "delta=0.75",
+        "data=gsm8k",
+        "limit=3",
+        "max_gen_toks=32",
+        "progress=false",
+    ]
     run(cmd, env, timeout=1200)  # builds the embedded pair on first use
     summary = next(results.glob("runs/gsm8k/tiny/cactus-delta0.75_m10_*/summary.json"))
     s = json.loads(summary.read_text())

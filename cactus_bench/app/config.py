@@ -99,6 +99,7 @@ class ConfigError(ValueError):
 
 def validate(cfg: DictConfig) -> Method:
     """Check every value a run depends on; return the built method (its rule validated too)."""
+
     def bad(key, value, allowed):
         raise ConfigError(f"{key}={value!r} is not valid: {allowed}")
 
@@ -145,9 +146,12 @@ def identity(cfg: DictConfig) -> dict:
     return {
         "pair": {k: cfg.pair[k] for k in ("drafter", "verifier", "dtype", "revision")},
         **method_of(cfg).identity(),
-        "data": cfg.data.name, "subset": cfg.data.get("subset"),
-        "seed": cfg.seed, "sampling": OmegaConf.to_container(cfg.sampling, resolve=True),
-        "max_gen_toks": cfg.max_gen_toks, "engine": OmegaConf.to_container(cfg.engine),
+        "data": cfg.data.name,
+        "subset": cfg.data.get("subset"),
+        "seed": cfg.seed,
+        "sampling": OmegaConf.to_container(cfg.sampling, resolve=True),
+        "max_gen_toks": cfg.max_gen_toks,
+        "engine": OmegaConf.to_container(cfg.engine),
     }
 
 

@@ -26,7 +26,7 @@ _PAIRS: dict[tuple, Pair] = {}  # a sweep in one process loads each pair once
 def resolve_model(name: str) -> str:
     """`embedded:tiny/<role>` -> the cached embedded pair's folder (built on first use)."""
     if name.startswith(EMBEDDED):
-        return str(ensure_pair(log=log.info) / name[len(EMBEDDED):])
+        return str(ensure_pair(log=log.info) / name[len(EMBEDDED) :])
     return name
 
 
@@ -35,10 +35,19 @@ def get_pair(cfg: DictConfig) -> Pair:
     key = (p.drafter, p.verifier, p.dtype, p.device, str(p.verifier_device_map), p.revision)
     if key not in _PAIRS:
         _PAIRS.clear()  # one pair in memory at a time
-        device_map = OmegaConf.to_container(p.verifier_device_map) if isinstance(p.verifier_device_map, DictConfig) \
+        device_map = (
+            OmegaConf.to_container(p.verifier_device_map)
+            if isinstance(p.verifier_device_map, DictConfig)
             else p.verifier_device_map
-        _PAIRS[key] = load_pair(resolve_model(p.drafter), resolve_model(p.verifier), dtype=p.dtype, device=p.device,
-                                verifier_device_map=device_map, revision=p.revision)
+        )
+        _PAIRS[key] = load_pair(
+            resolve_model(p.drafter),
+            resolve_model(p.verifier),
+            dtype=p.dtype,
+            device=p.device,
+            verifier_device_map=device_map,
+            revision=p.revision,
+        )
     return _PAIRS[key]
 
 
@@ -47,8 +56,14 @@ def run(cfg: DictConfig) -> dict:
     method = validate(cfg)  # before anything expensive
     bench = make_benchmark(cfg.data)  # data errors surface before models load
     pair = get_pair(cfg)
-    lm = CactusLM(pair, method, OmegaConf.to_container(cfg.sampling), cfg.max_gen_toks, seed=cfg.seed,
-                  engine=OmegaConf.to_container(cfg.engine))
+    lm = CactusLM(
+        pair,
+        method,
+        OmegaConf.to_container(cfg.sampling),
+        cfg.max_gen_toks,
+        seed=cfg.seed,
+        engine=OmegaConf.to_container(cfg.engine),
+    )
     bench.prepare(lm, f"{cfg.pair.name}-{method.tag}")
     store = RunStore.open(cfg)
     done = {s["index"]: s for s in store.samples()}
@@ -56,8 +71,14 @@ def run(cfg: DictConfig) -> dict:
     try:
         items = bench.items(cfg.limit)
         todo = [item for item in items if bench.key(item) not in done]
-        log.info("run %s: %d items, %d already done, %d to go -> %s", run_key(cfg), len(items),
-                 len(items) - len(todo), len(todo), store.folder)
+        log.info(
+            "run %s: %d items, %d already done, %d to go -> %s",
+            run_key(cfg),
+            len(items),
+            len(items) - len(todo),
+            len(todo),
+            store.folder,
+        )
         finished = [done[k] for k in sorted(done)]
         bar = tqdm(todo, desc=f"{cfg.method.name} {cfg.data.name}", disable=not cfg.progress, dynamic_ncols=True)
         for item in bar:
@@ -85,9 +106,18 @@ def run(cfg: DictConfig) -> dict:
 
 
 def summarise(cfg: DictConfig, method: Method, samples: list[dict], bench: Benchmark) -> dict:
-    return {"run_key": run_key(cfg), "pair": cfg.pair.name, "method": method.name, "params": dict(method.params),
-            "data": cfg.data.name, "m": cfg.m, "seed": cfg.seed, "experiment": cfg.experiment_name,
-            **metrics.decode_metrics(samples), **bench.summarise(samples)}
+    return {
+        "run_key": run_key(cfg),
+        "pair": cfg.pair.name,
+        "method": method.name,
+        "params": dict(method.params),
+        "data": cfg.data.name,
+        "m": cfg.m,
+        "seed": cfg.seed,
+        "experiment": cfg.experiment_name,
+        **metrics.decode_metrics(samples),
+        **bench.summarise(samples),
+    }
 
 
 def accepted_length_figure(samples: list[dict], folder) -> dict:
@@ -102,8 +132,11 @@ def accepted_length_figure(samples: list[dict], folder) -> dict:
 
     fig, ax = plt.subplots(figsize=(4.5, 3))
     ax.hist(counts, bins=range(max(counts) + 2), align="left", rwidth=0.85)
-    ax.set(xlabel="accepted drafts per verifier call", ylabel="verifier calls",
-           title=f"AL = {sum(counts) / len(counts):.2f}")
+    ax.set(
+        xlabel="accepted drafts per verifier call",
+        ylabel="verifier calls",
+        title=f"AL = {sum(counts) / len(counts):.2f}",
+    )
     path = folder / "accepted_length.png"
     fig.savefig(path, bbox_inches="tight", dpi=110)
     plt.close(fig)

@@ -33,9 +33,17 @@ class WandbTracker(NullTracker):
 
         self.wandb = wandb
         t = cfg.tracking
-        self.run = wandb.init(project=t.project, entity=t.entity, mode=t.mode, group=t.group or cfg.experiment_name,
-                              name=folder.name, job_type=cfg.data.name, dir=str(folder),
-                              config=OmegaConf.to_container(cfg, resolve=True), reinit="finish_previous")
+        self.run = wandb.init(
+            project=t.project,
+            entity=t.entity,
+            mode=t.mode,
+            group=t.group or cfg.experiment_name,
+            name=folder.name,
+            job_type=cfg.data.name,
+            dir=str(folder),
+            config=OmegaConf.to_container(cfg, resolve=True),
+            reinit="finish_previous",
+        )
 
     def log_sample(self, step: int, record: dict) -> None:
         s = record["stats"]
@@ -58,8 +66,14 @@ class WandbTracker(NullTracker):
             for rec in samples:
                 st = rec["stats"]
                 score = next(iter(rec.get("scores", {}).values()), None)
-                table.add_data(str(rec["id"]), st["new_tokens"], st["verifier_calls"], st["accepted"],
-                               st["wall_time"], score if isinstance(score, (int, float)) else None)
+                table.add_data(
+                    str(rec["id"]),
+                    st["new_tokens"],
+                    st["verifier_calls"],
+                    st["accepted"],
+                    st["wall_time"],
+                    score if isinstance(score, (int, float)) else None,
+                )
             self.run.log({"samples": table})
         self.run.finish(exit_code=0 if summary is not None else 1)
 

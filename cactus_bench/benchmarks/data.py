@@ -95,10 +95,22 @@ def load_ifeval(root: str | os.PathLike | None = None, **_) -> datasets.DatasetD
         rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     else:
         rows = list(_hub("google/IFEval")["train"])
-    return datasets.DatasetDict({"train": datasets.Dataset.from_list([
-        {"key": r["key"], "prompt": r["prompt"], "instruction_id_list": r["instruction_id_list"],
-         "kwargs": json.dumps(normalise_ifeval_kwargs(r["kwargs"]), sort_keys=True), "id": r["key"]} for r in rows
-    ])})
+    return datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_list(
+                [
+                    {
+                        "key": r["key"],
+                        "prompt": r["prompt"],
+                        "instruction_id_list": r["instruction_id_list"],
+                        "kwargs": json.dumps(normalise_ifeval_kwargs(r["kwargs"]), sort_keys=True),
+                        "id": r["key"],
+                    }
+                    for r in rows
+                ]
+            )
+        }
+    )
 
 
 def _hf_token() -> str | None:
@@ -111,6 +123,7 @@ def _hf_token() -> str | None:
 
 def gpqa_choices(row: dict) -> dict:
     """The four answers in a fixed order per question (seeded by its Record ID) and the correct letter."""
+
     def clean(text):
         text = (text or " ").strip().replace(" [title]", ". ")
         return text.replace("  ", " ")
@@ -118,8 +131,15 @@ def gpqa_choices(row: dict) -> dict:
     choices = [clean(row[f"Incorrect Answer {i}"]) for i in (1, 2, 3)] + [clean(row["Correct Answer"])]
     random.Random(f"{GPQA_SHUFFLE_SEED}:{row['Record ID']}").shuffle(choices)
     correct = choices.index(clean(row["Correct Answer"]))
-    return {"choice1": choices[0], "choice2": choices[1], "choice3": choices[2], "choice4": choices[3],
-            "choices": choices, "answer": f"({'ABCD'[correct]})", "id": row["Record ID"]}
+    return {
+        "choice1": choices[0],
+        "choice2": choices[1],
+        "choice3": choices[2],
+        "choice4": choices[3],
+        "choices": choices,
+        "answer": f"({'ABCD'[correct]})",
+        "id": row["Record ID"],
+    }
 
 
 @LOADERS.register("gpqa")
@@ -167,13 +187,16 @@ def load_specbench(root: str | os.PathLike | None = None) -> list[dict]:
         text = _local_file(local, "spec_bench/question.jsonl").read_text(encoding="utf-8")
     else:
         if os.environ.get("HF_HUB_OFFLINE") == "1":
-            raise DataError("Spec-Bench comes from GitHub, and this run is offline: set data.root / "
-                            "CACTUS_BENCH_DATA to a folder with spec_bench/question.jsonl")
+            raise DataError(
+                "Spec-Bench comes from GitHub, and this run is offline: set data.root / "
+                "CACTUS_BENCH_DATA to a folder with spec_bench/question.jsonl"
+            )
         try:
             with urllib.request.urlopen(SPECBENCH_URL, timeout=30) as r:
                 text = r.read().decode("utf-8")
         except OSError as e:
-            raise DataError(f"could not download Spec-Bench questions from {SPECBENCH_URL} ({e}); set data.root "
-                            "to a folder with spec_bench/question.jsonl") from e
+            raise DataError(
+                f"could not download Spec-Bench questions from {SPECBENCH_URL} ({e}); set data.root "
+                "to a folder with spec_bench/question.jsonl"
+            ) from e
     return [json.loads(line) for line in text.splitlines() if line.strip()]
-

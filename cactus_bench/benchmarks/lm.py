@@ -4,7 +4,7 @@ statistics are kept per request.
 
 From lm-eval's own evaluator (`model="cactus"`, registered on import), `model_args` name the pair and the
 method: `drafter=...,verifier=...,method=cactus,delta=0.75,m=10,temperature=0.6,top_p=0.95,top_k=20`;
-`python -m cactus_bench.lm_eval` is lm-eval's CLI with this model registered."""
+`python -m cactus_bench.lm_eval_cli` is lm-eval's CLI with this model registered."""
 
 from __future__ import annotations
 
@@ -54,8 +54,16 @@ class CactusLM(LM):
     """lm-eval model over a loaded pair. `sampling` holds temperature/top_k/top_p (the task's own
     greedy settings are ignored: the paper samples); `max_gen_toks` caps every request."""
 
-    def __init__(self, pair: Pair, method: Method, sampling: dict, max_gen_toks: int, seed: int = 0,
-                 strip_think: bool = True, engine: dict | None = None):
+    def __init__(
+        self,
+        pair: Pair,
+        method: Method,
+        sampling: dict,
+        max_gen_toks: int,
+        seed: int = 0,
+        strip_think: bool = True,
+        engine: dict | None = None,
+    ):
         super().__init__()
         self.pair, self.method, self.sampling = pair, method, dict(sampling)
         self.engine = dict(engine or {})  # static_cache / compile for the decode loops
@@ -90,8 +98,9 @@ class CactusLM(LM):
         return self.pair.verifier_id.replace("/", "__")
 
     def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        return self.pair.tokenizer.apply_chat_template(chat_history, tokenize=False,
-                                                       add_generation_prompt=add_generation_prompt)
+        return self.pair.tokenizer.apply_chat_template(
+            chat_history, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
 
     # --- generation ---
     def generate(self, context: str, until: list[str], key) -> Generation:
@@ -105,9 +114,17 @@ class CactusLM(LM):
         def stop(tokens: list[int]) -> bool:  # only the tail can newly contain a stop string
             return any(s in tok.decode(tokens[-window:]) for s in stops)
 
-        out = self.method.generate(self.pair.drafter, self.pair.verifier, ids, max_new_tokens=self.max_gen_toks,
-                                   generator=generator, eos_token_id=self.pair.eos_token_id,
-                                   stop=stop if stops else None, **self.sampling, **self.engine)
+        out = self.method.generate(
+            self.pair.drafter,
+            self.pair.verifier,
+            ids,
+            max_new_tokens=self.max_gen_toks,
+            generator=generator,
+            eos_token_id=self.pair.eos_token_id,
+            stop=stop if stops else None,
+            **self.sampling,
+            **self.engine,
+        )
         raw = tok.decode(out.tokens, skip_special_tokens=True)
         text, _ = cut_at_stop(raw, stops)
         if self.strip_think:

@@ -45,15 +45,26 @@ class TaskScorer:
     """One lm-eval task of ours (`tasks/*.yaml`): its prompts and its scoring of responses.
     `primary_metric` ("metric,filter") is the headline score (conf/data/<name>.yaml)."""
 
-    def __init__(self, task: str, primary_metric: str, data_root: str | None = None,
-                 chat_template: Callable | None = None, tokenizer_name: str = ""):
-        known = sorted(p.stem for p in TASKS_DIR.glob("cactus_*.yaml"))
-        if task not in known:
-            raise DataError(f"unknown lm-eval task {task!r}; the project's tasks: {', '.join(known)}")
+    def __init__(
+        self,
+        task: str,
+        primary_metric: str,
+        data_root: str | None = None,
+        chat_template: Callable | None = None,
+        tokenizer_name: str = "",
+    ):
+        manager = TaskManager(
+            include_path=str(TASKS_DIR),
+            include_defaults=False,
+            metadata={"data_root": str(data_root) if data_root else None},
+        )
+        if task not in manager.all_tasks:
+            raise DataError(
+                f"unknown lm-eval task {task!r}; the project's tasks (benchmarks/tasks/*.yaml): "
+                f"{', '.join(t for t in manager.all_tasks if not t.startswith('_'))}"
+            )
         self.name = task
         self.primary_metric = primary_metric
-        manager = TaskManager(include_path=str(TASKS_DIR), include_defaults=False,
-                              metadata={"data_root": str(data_root) if data_root else None})
         lm_eval_logger = logging.getLogger("lm_eval")
         level = lm_eval_logger.level
         lm_eval_logger.setLevel(logging.ERROR)  # its custom_dataset notice is noise here
@@ -67,8 +78,12 @@ class TaskScorer:
 
     def _build(self, limit: int | None = None):
         self.task.build_all_requests(
-            limit=limit, rank=0, world_size=1, apply_chat_template=self.chat_template is not None,
-            fewshot_as_multiturn=self.chat_template is not None, chat_template=self.chat_template,
+            limit=limit,
+            rank=0,
+            world_size=1,
+            apply_chat_template=self.chat_template is not None,
+            fewshot_as_multiturn=self.chat_template is not None,
+            chat_template=self.chat_template,
             tokenizer_name=self.tokenizer_name,
         )
         self._instances = {inst.doc_id: inst for inst in self.task.instances}

@@ -40,10 +40,22 @@ def answer_question(lm: CactusLM, question: dict, model_id: str) -> tuple[dict, 
         accepted += out.rounds.accepted
         stats.append(out.summary())
     return {
-        "question_id": question["question_id"], "category": question["category"],
-        "answer_id": f"{model_id}-{question['question_id']}", "model_id": model_id, "tstamp": time.time(),
-        "choices": [{"index": 0, "turns": turns, "decoding_steps": steps, "new_tokens": new_tokens,
-                     "wall_time": wall, "accept_lengths": accept_lengths, "accepted_drafts": accepted}],
+        "question_id": question["question_id"],
+        "category": question["category"],
+        "answer_id": f"{model_id}-{question['question_id']}",
+        "model_id": model_id,
+        "tstamp": time.time(),
+        "choices": [
+            {
+                "index": 0,
+                "turns": turns,
+                "decoding_steps": steps,
+                "new_tokens": new_tokens,
+                "wall_time": wall,
+                "accept_lengths": accept_lengths,
+                "accepted_drafts": accepted,
+            }
+        ],
     }, stats
 
 
@@ -74,14 +86,18 @@ def speed_metrics(samples: list[dict], baseline: list[dict] | None) -> dict[str,
         if not group:
             continue
         pooled = metrics.pool(group)
-        row = {"questions": len(group), "tau": metrics.tau(pooled),
-               "accepted_length": metrics.accepted_length(pooled),
-               "tokens_per_s": statistics.mean(speed(s) for s in group)}
+        row = {
+            "questions": len(group),
+            "tau": metrics.tau(pooled),
+            "accepted_length": metrics.accepted_length(pooled),
+            "tokens_per_s": statistics.mean(speed(s) for s in group),
+        }
         paired = [s for s in group if s["id"] in base]
         if paired:
             row["speedup"] = statistics.mean(speed(s) / base[s["id"]] for s in paired)
-            row["speedup_of_means"] = (statistics.mean(speed(s) for s in paired)
-                                       / statistics.mean(base[s["id"]] for s in paired))
+            row["speedup_of_means"] = statistics.mean(speed(s) for s in paired) / statistics.mean(
+                base[s["id"]] for s in paired
+            )
         out[name] = row
     return out
 
@@ -111,8 +127,14 @@ class SpecBenchBenchmark:
             warm_up(lm, self.questions[0], self.warmup)
             self._warm = True
         answer, turns = answer_question(lm, item, self._model_id)
-        return {"index": item["question_id"], "id": item["question_id"], "category": item["category"],
-                "stats": metrics.add_stats(turns), "answer": answer, "finished_at": time.time()}
+        return {
+            "index": item["question_id"],
+            "id": item["question_id"],
+            "category": item["category"],
+            "stats": metrics.add_stats(turns),
+            "answer": answer,
+            "finished_at": time.time(),
+        }
 
     def summarise(self, samples: list[dict]) -> dict:
         return {"specbench": speed_metrics(samples, None)} if samples else {}

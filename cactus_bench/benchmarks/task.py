@@ -24,18 +24,29 @@ class TaskBenchmark:
 
     def run(self, lm: CactusLM, item: Prompt) -> dict:
         gen = lm.generate(item.context, item.until, (self.scorer.name, item.index))
-        return {"index": item.index, "id": item.id, "response": gen.text, "raw_response": gen.raw_text,
-                "tokens": gen.output.tokens, "stats": gen.output.summary(),
-                "rounds_accepted": gen.output.rounds.accepted, "scores": self.scorer.score(item.index, gen.text),
-                "finished_at": time.time()}
+        return {
+            "index": item.index,
+            "id": item.id,
+            "response": gen.text,
+            "raw_response": gen.raw_text,
+            "tokens": gen.output.tokens,
+            "stats": gen.output.summary(),
+            "rounds_accepted": gen.output.rounds.accepted,
+            "scores": self.scorer.score(item.index, gen.text),
+            "finished_at": time.time(),
+        }
 
     def summarise(self, samples: list[dict]) -> dict:
         if not samples:
             return {}
         scores = self.scorer.aggregate([s["scores"] for s in samples])
         key = self.scorer.primary_metric
-        return {"scores": scores, "score": 100 * scores[key],
-                "score_stderr": 100 * scores[key.replace(",", "_stderr,", 1)], "score_metric": key}
+        return {
+            "scores": scores,
+            "score": 100 * scores[key],
+            "score_stderr": 100 * scores[key.replace(",", "_stderr,", 1)],
+            "score_metric": key,
+        }
 
     def artifacts(self, samples: list[dict]) -> dict[str, str]:
         return {}

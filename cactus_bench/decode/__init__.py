@@ -6,5 +6,14 @@ from .loops import DecodeOptions, autoregressive_generate, speculative_generate
 from .stats import GenerationOutput, Rounds
 from .warp import Warper
 
-__all__ = ["CachedModel", "DecodeOptions", "ForwardTimer", "GenerationOutput", "Rounds", "Warper",
-           "autoregressive_generate", "speculative_generate", "static_cache_len"]
+__all__ = [
+    "CachedModel",
+    "DecodeOptions",
+    "ForwardTimer",
+    "GenerationOutput",
+    "Rounds",
+    "Warper",
+    "autoregressive_generate",
+    "speculative_generate",
+    "static_cache_len",
+]

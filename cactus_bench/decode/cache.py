@@ -57,8 +57,14 @@ class CachedModel:
     logits kept) shapes that run compiled (the steady state of a decode loop).
     """
 
-    def __init__(self, model, device: torch.device, static_len: int | None = None,
-                 compiled: frozenset[tuple[int, int]] = frozenset(), timer: ForwardTimer | None = None):
+    def __init__(
+        self,
+        model,
+        device: torch.device,
+        static_len: int | None = None,
+        compiled: frozenset[tuple[int, int]] = frozenset(),
+        timer: ForwardTimer | None = None,
+    ):
         self.model = model
         self.device = device
         self.static = static_len is not None

@@ -69,8 +69,13 @@ class DecodeOptions:
     def cached_model(self, model, needed: int, compiled: frozenset[tuple[int, int]]) -> CachedModel:
         """`model` with a cache for `needed` positions (static, bucketed, on the fast path)."""
         fast = self.static_cache or self.compile
-        return CachedModel(model, device_of(model), static_cache_len(needed) if fast else None,
-                           compiled if self.compile else frozenset(), self.forward_timer)
+        return CachedModel(
+            model,
+            device_of(model),
+            static_cache_len(needed) if fast else None,
+            compiled if self.compile else frozenset(),
+            self.forward_timer,
+        )
 
 
 # --- one speculative round ---------------------------------------------------------------------------
@@ -83,8 +88,9 @@ class Draft:
     tokens: Tensor  # [1, k]
 
 
-def draft(dm: CachedModel, committed: list[int], k: int, warp: Warper, vocab: int, generator, raw: bool,
-          device: torch.device) -> Draft:
+def draft(
+    dm: CachedModel, committed: list[int], k: int, warp: Warper, vocab: int, generator, raw: bool, device: torch.device
+) -> Draft:
     """p_1..p_k and d_1..d_k from the drafter, fed the committed tokens its cache lacks first."""
     p_rows, p_raw_rows, drafts = [], [], []
     x = torch.tensor([committed[dm.cached :]], device=dm.device)
@@ -100,8 +106,11 @@ def draft(dm: CachedModel, committed: list[int], k: int, warp: Warper, vocab: in
     if not k:  # one token of budget left: the verifier samples it alone
         none = torch.empty((1, 0), dtype=torch.int64, device=device)
         return Draft(torch.empty((1, 0, vocab), device=device), None, none)
-    return Draft(torch.stack(p_rows, 1).to(device), torch.stack(p_raw_rows, 1).to(device) if raw else None,
-                 torch.stack(drafts, 1).to(device))
+    return Draft(
+        torch.stack(p_rows, 1).to(device),
+        torch.stack(p_raw_rows, 1).to(device) if raw else None,
+        torch.stack(drafts, 1).to(device),
+    )
 
 
 def verify(vm: CachedModel, committed: list[int], d: Draft, warp: Warper, vocab: int) -> tuple[Tensor, Tensor]:
@@ -133,9 +142,16 @@ def accept(rule: Rule, d: Draft, q: Tensor, v_logits: Tensor, generator) -> tupl
 # --- the loops ---------------------------------------------------------------------------------------
 
 
-def speculative_generate(drafter, verifier, input_ids, *, rule: Rule | str, m: int,
-                         on_round: Callable[[CachedModel, CachedModel, list[int]], None] | None = None,
-                         **options) -> GenerationOutput:
+def speculative_generate(
+    drafter,
+    verifier,
+    input_ids,
+    *,
+    rule: Rule | str,
+    m: int,
+    on_round: Callable[[CachedModel, CachedModel, list[int]], None] | None = None,
+    **options,
+) -> GenerationOutput:
     """Speculative decoding with any acceptance rule (methods.md §2). Batch size 1.
 
     Draft m tokens with the drafter, verify all m+1 positions in one verifier forward, apply `rule`,
@@ -193,9 +209,17 @@ def speculative_generate(drafter, verifier, input_ids, *, rule: Rule | str, m: i
                 reason = "stop"
             if on_round is not None:
                 on_round(dm, vm, committed)
-            rounds.add(drafted=k, accepted=min(n, len(tokens)), emitted=len(tokens), t_draft=t_draft,
-                       t_verify=t_verify, t_rule=t_rule, t_other=clock.lap(), kl_sum=kl_sum or 0.0,
-                       kl_count=min(n + 1, k))
+            rounds.add(
+                drafted=k,
+                accepted=min(n, len(tokens)),
+                emitted=len(tokens),
+                t_draft=t_draft,
+                t_verify=t_verify,
+                t_rule=t_rule,
+                t_other=clock.lap(),
+                kl_sum=kl_sum or 0.0,
+                kl_count=min(n + 1, k),
+            )
             if reason is not None:
                 stop_reason = reason
                 break
@@ -235,8 +259,17 @@ def autoregressive_generate(verifier, input_ids, **options) -> GenerationOutput:
             reason = "eos" if t in eos else ("length" if len(generated) >= budget else None)
             if reason is None and opts.stop is not None and opts.stop(generated):
                 reason = "stop"
-            rounds.add(drafted=0, accepted=0, emitted=1, t_draft=0.0, t_verify=t_verify, t_rule=t_rule,
-                       t_other=clock.lap(), kl_sum=0.0, kl_count=0)
+            rounds.add(
+                drafted=0,
+                accepted=0,
+                emitted=1,
+                t_draft=0.0,
+                t_verify=t_verify,
+                t_rule=t_rule,
+                t_other=clock.lap(),
+                kl_sum=0.0,
+                kl_count=0,
+            )
             if reason is not None:
                 stop_reason = reason
                 break
@@ -251,8 +284,7 @@ def _check_context(name: str, model, needed: int, prompt_len: int) -> None:
     if limit is not None and needed > limit:
         what = "the prompt alone" if prompt_len > limit else "prompt + max_new_tokens (+ draft lookahead)"
         raise ValueError(
-            f"{name} context is {limit} tokens but {what} needs {needed}: shorten the prompt or lower "
-            f"max_new_tokens"
+            f"{name} context is {limit} tokens but {what} needs {needed}: shorten the prompt or lower max_new_tokens"
         )
 
 

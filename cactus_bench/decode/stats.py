@@ -44,12 +44,18 @@ class GenerationOutput:
         """The additive counters (`metrics.COUNTERS`) of this generation."""
         r = self.rounds
         return {
-            "new_tokens": len(self.tokens), "verifier_calls": self.verifier_calls,
-            "drafted": sum(r.drafted), "accepted": sum(r.accepted),
+            "new_tokens": len(self.tokens),
+            "verifier_calls": self.verifier_calls,
+            "drafted": sum(r.drafted),
+            "accepted": sum(r.accepted),
             "rejected": sum(d - a for d, a in zip(r.drafted, r.accepted)),
-            "kl_sum": sum(r.kl_sum) if self.has_kl else None, "kl_count": sum(r.kl_count) if self.has_kl else None,
-            "wall_time": self.wall_time, "prefill_time": self.prefill_time,
-            "t_draft": sum(r.t_draft), "t_verify": sum(r.t_verify), "t_rule": sum(r.t_rule),
+            "kl_sum": sum(r.kl_sum) if self.has_kl else None,
+            "kl_count": sum(r.kl_count) if self.has_kl else None,
+            "wall_time": self.wall_time,
+            "prefill_time": self.prefill_time,
+            "t_draft": sum(r.t_draft),
+            "t_verify": sum(r.t_verify),
+            "t_rule": sum(r.t_rule),
             "t_other": sum(r.t_other),
         }
 

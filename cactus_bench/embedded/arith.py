@@ -13,8 +13,24 @@ import random
 import re
 from dataclasses import dataclass
 
-NAMES = ["Tom", "Ana", "Li", "Sam", "Mia", "Raj", "Eva", "Ben", "Zoe", "Omar", "Ivy", "Kai", "Lea", "Noah",
-         "Sara", "Yuki"]
+NAMES = [
+    "Tom",
+    "Ana",
+    "Li",
+    "Sam",
+    "Mia",
+    "Raj",
+    "Eva",
+    "Ben",
+    "Zoe",
+    "Omar",
+    "Ivy",
+    "Kai",
+    "Lea",
+    "Noah",
+    "Sara",
+    "Yuki",
+]
 ITEMS = ["apples", "books", "coins", "cards", "pens", "shells", "stamps", "marbles", "stickers", "cookies"]
 ADD = ["buys {n}", "finds {n}", "gets {n}", "wins {n}"]
 SUB = ["gives away {n}", "loses {n}", "sells {n}", "uses {n}"]

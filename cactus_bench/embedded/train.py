@@ -12,13 +12,30 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 IGNORE = -100
 
 
-def model_config(vocab_size: int, hidden: int, layers: int, heads: int, kv_heads: int, intermediate: int,
-                 eos_token_id: int, pad_token_id: int, max_positions: int = 512) -> Qwen3Config:
+def model_config(
+    vocab_size: int,
+    hidden: int,
+    layers: int,
+    heads: int,
+    kv_heads: int,
+    intermediate: int,
+    eos_token_id: int,
+    pad_token_id: int,
+    max_positions: int = 512,
+) -> Qwen3Config:
     return Qwen3Config(
-        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
-        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=hidden // heads,
-        max_position_embeddings=max_positions, tie_word_embeddings=True, eos_token_id=eos_token_id,
-        pad_token_id=pad_token_id, bos_token_id=None,
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=hidden // heads,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=True,
+        eos_token_id=eos_token_id,
+        pad_token_id=pad_token_id,
+        bos_token_id=None,
     )
 
 
@@ -44,8 +61,17 @@ def collate(batch: list[tuple[list[int], int]], pad_id: int) -> tuple[torch.Tens
     return input_ids, labels, mask
 
 
-def train(config: Qwen3Config, examples: list[tuple[list[int], int]], *, steps: int, batch_size: int, lr: float,
-          seed: int, log: Callable[[str], None] = print, time_budget_s: float | None = None) -> Qwen3ForCausalLM:
+def train(
+    config: Qwen3Config,
+    examples: list[tuple[list[int], int]],
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    log: Callable[[str], None] = print,
+    time_budget_s: float | None = None,
+) -> Qwen3ForCausalLM:
     """Train from a seeded init; deterministic for a given seed (single process, CPU)."""
     torch.manual_seed(seed)
     model = Qwen3ForCausalLM(config).float().train()

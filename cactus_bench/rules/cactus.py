@@ -22,7 +22,6 @@ def binary_kl(g: Tensor, qn: Tensor) -> Tensor:
 
 @register("cactus")
 class Cactus(TargetRule):
-
     def __init__(self, delta: float = 1.0):
         self.delta = check_range(self.name, "delta", delta, 0.0)
 
@@ -50,7 +49,6 @@ class CactusExact(Cactus):
     """γ = the root on [q_n, 1] of binary_kl(γ, q_n) = δ (bisection; binary_kl is increasing there).
 
     Bisection keeps the lower end, so KL(h‖q) ≤ δ holds exactly, not just to round-off."""
-
 
     def gamma(self, qn: Tensor) -> Tensor:
         lo, hi = qn.clone(), torch.ones_like(qn)

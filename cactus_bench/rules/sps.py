@@ -19,7 +19,6 @@ class TargetRule(Rule):
 
 @register("sps")
 class SpS(TargetRule):
-
     def target(self, p, q, n, **raw):
         return q
 

@@ -12,7 +12,6 @@ from .registry import register
 
 @register("topk")
 class TopK(Rule):
-
     def __init__(self, k: int = 5):
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ValueError(f"topk: k must be an integer >= 1; got {k!r}")

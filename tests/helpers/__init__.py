@@ -1,0 +1,1 @@
+"""Shared test helpers: exact reference laws, the G-test, rule configurations and negative controls."""

@@ -1,0 +1,165 @@
+"""The layering and the registries: one place per concept, checked where it is registered."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from cactus_bench import metrics
+from cactus_bench.app.tracking import summary_keys
+from cactus_bench.methods import BASELINE, Method, method_names
+from cactus_bench.registry import Registry
+from cactus_bench.report import _fmt, _label
+from cactus_bench.rules import RULES, Rule, build_rule, register
+from cactus_bench.rules.base import gather_last, general_accept
+
+from .helpers.stats import P_THRESHOLD, g_test_pvalue
+
+ROOT = Path(__file__).resolve().parents[1]
+APP_ONLY = ("lm_eval", "hydra", "omegaconf", "datasets", "pandas", "matplotlib", "wandb")
+
+
+def test_a_new_rule_is_one_registered_class():
+    """Registering a class is all the engine, the Method type and the oracle need."""
+    with RULES.scoped():
+
+        @register("half_sps")
+        class HalfSpS(Rule):  # accepts half as often as SpS; recovery keeps the law a distribution
+            def accept_prob(self, p, q, n, **raw):
+                return 0.5 * general_accept(gather_last(q, n), gather_last(p, n))
+
+            def residual(self, p, q, n, **raw):
+                return q
+
+        assert HalfSpS.name == "half_sps" and "half_sps" in method_names()
+        method = Method("half_sps", {}, m=3)
+        assert isinstance(method.rule, HalfSpS) and method.tag == "half_sps"
+        p = torch.tensor([0.7, 0.2, 0.1], dtype=torch.float64)
+        q = torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64)
+        law = method.rule.output_law(p, q)
+        assert float(law.sum()) == pytest.approx(1.0, abs=1e-12)
+        g = torch.Generator().manual_seed(0)
+        trials = 50_000
+        d = torch.multinomial(p, trials, replacement=True, generator=g)[:, None]
+        v = method.rule.verify(p.expand(trials, 1, 3), q.expand(trials, 2, 3), d, g)
+        assert g_test_pvalue(v.emitted[:, 0], law) > P_THRESHOLD
+    assert "half_sps" not in RULES  # the scope is gone
+
+
+def test_rule_registration_checks_the_class_and_the_name():
+    with RULES.scoped():
+        with pytest.raises(TypeError, match="does not implement accept_prob"):
+
+            @register("incomplete")
+            class Incomplete(Rule):
+                def residual(self, p, q, n, **raw):
+                    return q
+
+        with pytest.raises(ValueError, match="registered twice"):
+            register("sps")(type("Again", (RULES.get("sps"),), {}))
+        with pytest.raises(ValueError, match="identifier"):
+            register("two words")(type("Odd", (RULES.get("sps"),), {}))
+        with pytest.raises(TypeError, match="not a Rule subclass"):
+            register("plain")(dict)
+
+
+def test_typos_get_a_suggestion():
+    with pytest.raises(ValueError, match="unknown acceptance rule 'cactsu' \\(did you mean 'cactus'\\?\\)"):
+        build_rule("cactsu")
+    reg = Registry("colour")
+    reg.add("green", 1)
+    with pytest.raises(ValueError, match="valid choices: green"):
+        reg.get("purple")
+
+
+def test_a_new_metric_is_one_definition_read_everywhere():
+    with metrics.METRICS.scoped():
+
+        @metrics.pooled_metric("drafts/call", "{:.1f}", cli=True)
+        def drafted_per_call(c):
+            return c["drafted"] / c["verifier_calls"] if c["verifier_calls"] else None
+
+        sample = {
+            "stats": {
+                "new_tokens": 12,
+                "verifier_calls": 4,
+                "drafted": 12,
+                "accepted": 8,
+                "rejected": 4,
+                "wall_time": 2.0,
+            }
+        }
+        assert metrics.decode_metrics([sample, sample])["drafted_per_call"] == 3.0  # the summary
+        assert _label("drafted_per_call") == "drafts/call" and _fmt(3.0, "drafted_per_call") == "3.0"  # reports
+        assert "drafted_per_call" in summary_keys()  # tracking
+        with pytest.raises(ValueError, match="registered twice"):
+            metrics.pooled_metric("AL")(drafted_per_call)
+    assert "drafted_per_call" not in metrics.METRICS
+
+
+def test_one_definition_of_accepted_length():
+    """The engine's per-sample AL, a run's pooled AL and Spec-Bench's AL all come from the metric."""
+    from cactus_bench.decode.stats import GenerationOutput, Rounds
+
+    rounds = Rounds()
+    for drafted, accepted in [(4, 4), (4, 1), (4, 0)]:
+        rounds.add(
+            drafted=drafted,
+            accepted=accepted,
+            emitted=accepted + 1,
+            t_draft=0.0,
+            t_verify=0.0,
+            t_rule=0.0,
+            t_other=0.0,
+            kl_sum=0.0,
+            kl_count=0,
+        )
+    out = GenerationOutput([1] * 8, rounds, 0.0, 1.0, "length")
+    assert out.accepted_length == metrics.accepted_length(out.counters()) == pytest.approx(5 / 3)
+    assert metrics.decode_metrics([{"stats": out.summary()}])["accepted_length"] == pytest.approx(5 / 3)
+
+
+def test_the_verifier_alone_is_named_in_one_place():
+    """No module compares a method name with the baseline's literal: they ask the Method type."""
+    offenders = []
+    for path in (ROOT / "cactus_bench").rglob("*.py"):
+        if path.name == "methods.py":
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(rf"""["']{BASELINE}["']""", line):
+                offenders.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_baseline_method_uses_no_drafter():
+    ar, sps = Method(BASELINE, {}, m=10), Method("sps", {}, m=10)
+    assert not ar.uses_drafter and ar.rule is None and ar.identity()["m"] is None and ar.run_name == "ar"
+    assert sps.uses_drafter and sps.identity()["m"] == 10 and sps.run_name == "sps_m10"
+
+
+def _imports_without(modules: str, blocked: tuple[str, ...]) -> subprocess.CompletedProcess:
+    code = (
+        "import sys\n"
+        f"for name in {blocked!r}: sys.modules[name] = None  # importing it now raises ImportError\n"
+        f"import {modules}\n"
+    )
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+
+
+def test_the_core_imports_with_torch_and_transformers_alone():
+    out = _imports_without(
+        "cactus_bench.methods, cactus_bench.metrics, cactus_bench.decode, cactus_bench.rules, "
+        "cactus_bench.models, cactus_bench.embedded, cactus_bench.utils",
+        APP_ONLY,
+    )
+    assert out.returncode == 0, out.stderr
+    broken = _imports_without("cactus_bench.report", APP_ONLY)  # control: the app does need them
+    assert broken.returncode != 0
+
+
+def test_reports_and_config_do_not_import_lm_eval():
+    out = _imports_without("cactus_bench.report, cactus_bench.app.config, cactus_bench.app.tracking", ("lm_eval",))
+    assert out.returncode == 0, out.stderr
