@@ -15,10 +15,10 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 
+from .app.config import CONF_DIR
 from .app.run import run
-from .report import load_runs, load_spec, render_table, row_params
+from .report import load_runs, load_spec, render_table, run_overrides
 
-CONF = Path(__file__).resolve().parent.parent / "conf"
 SPEC_KEYS = ("pair", "limit", "data", "m", "max_gen_toks", "seed")
 
 
@@ -35,35 +35,18 @@ def parse(argv: list[str]) -> tuple[str, dict, list[str]]:
     return argv[0], spec_overrides, hydra_overrides
 
 
-def run_overrides(spec: dict, row: dict, data: str) -> list[str]:
-    out = [
-        f"pair={spec['pair']}",
-        f"data={data}",
-        f"method={row['method']}",
-        f"m={spec['m']}",
-        f"seed={spec.get('seed', 0)}",
-        f"experiment_name={spec['name']}",
-    ]
-    for key, value in row_params(row).items():
-        out.append(f"delta={value}" if key == "delta" else f"method.params.{key}={value}")
-    for key in ("limit", "max_gen_toks"):
-        if spec.get(key) is not None:
-            out.append(f"{key}={spec[key]}")
-    return out
-
-
 def main(argv: list[str] | None = None) -> str:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     spec_path, spec_overrides, extra = parse(sys.argv[1:] if argv is None else argv)
     spec = load_spec(spec_path, spec_overrides)
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         for data in spec["data"]:
             for row in spec["rows"]:
                 cfg = compose("config", overrides=run_overrides(spec, row, data) + extra)
                 print(f"== {spec['name']}: {row['label']} on {data}", flush=True)
                 run(cfg)
             results_dir = cfg.results_dir
-    md, path = render_table(spec, load_runs(results_dir), Path(results_dir).parent / "tables")
+    md, path = render_table(spec, load_runs(results_dir), Path(results_dir).parent / "tables", extra)
     print(md)
     print(f"written: {path.with_suffix('')}.{{csv,md,tex}}")
     return md

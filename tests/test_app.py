@@ -61,7 +61,7 @@ def test_readme_commands_compose():
     "spec_path", sorted(p for p in (ROOT / "sweeps").glob("*.yaml") if p.stem != "wandb_delta"), ids=lambda p: p.stem
 )
 def test_every_sweep_spec_composes_into_valid_runs(spec_path):
-    from cactus_bench.sweep import run_overrides
+    from cactus_bench.report import run_overrides
 
     spec = load_spec(spec_path)
     assert spec["rows"] and spec["data"] and spec["columns"]
@@ -135,10 +135,14 @@ def test_end_to_end_run_writes_a_complete_store(small_pair_dir, tmp_path):
     samples = RunStore(folder).samples()
     assert [s["index"] for s in samples] == [0, 1, 2]
     for s in samples:
-        assert {"id", "response", "tokens", "stats", "scores"} <= set(s)
-        assert "exact_match,strict-match" in s["scores"]
+        assert {"id", "response", "tokens", "stats", "scores", "prompt_sha256"} <= set(s)
+        assert "exact_match,strict-match" in s["scores"] and len(s["prompt_sha256"]) == 64
     assert summary["samples"] == 3 and summary["score"] is not None and summary["accepted_length"] is not None
-    assert summary["realised_kl"] is not None
+    assert summary["realised_kl"] is not None and summary["length_stopped"] is not None
+    from cactus_bench.score import read_responses, score_responses
+
+    rescored = score_responses("arith", read_responses(folder))  # stored raw replies, the same filters
+    assert rescored["metrics"] == summary["scores"]
 
 
 @pytest.mark.parametrize("data", ["gsm8k", "ifeval", "gpqa"])
@@ -254,18 +258,52 @@ def fixture_store(small_pair_dir, tmp_path_factory):
     return results
 
 
-def test_table_from_a_fixture_store(fixture_store, tmp_path):
-    spec = load_spec(ROOT / "sweeps" / "demo.yaml", {"m": 3})
-    md, path = render_table(spec, load_runs(fixture_store), tmp_path)
+def pair_overrides(pair_dir):
+    return [f"pair.drafter={pair_dir / 'drafter'}", f"pair.verifier={pair_dir / 'verifier'}"]
+
+
+def test_table_from_a_fixture_store(fixture_store, small_pair_dir, tmp_path):
+    spec = load_spec(ROOT / "sweeps" / "demo.yaml", {"m": 3, "max_gen_toks": 10})
+    md, path = render_table(spec, load_runs(fixture_store), tmp_path, pair_overrides(small_pair_dir))
     for label in ("Verifier", "SpS", "TAS", "Cactus δ=0.5", "Cactus δ=1.0"):
         assert label in md
     assert {p.suffix for p in tmp_path.iterdir()} == {".csv", ".md", ".tex"}
     assert "+0%" in md  # SpS's Rej against itself
+    assert "no run for" not in md and "no SpS run" not in md
 
 
-def test_table_puts_the_paper_beside_ours_and_names_missing_references(fixture_store, tmp_path):
+def test_tables_and_figures_match_runs_on_their_full_identity(fixture_store, small_pair_dir, tmp_path):
+    """A greedy run beside the sampled ones: each table shows its own setting's numbers, figures never mix
+    the two, and a copied run folder (two runs, one identity) is refused by name."""
+    import shutil
+
+    from cactus_bench.report import AmbiguousRuns, find_run
+
+    store = tmp_path / "runs"
+    shutil.copytree(fixture_store, store)
+    greedy = ["pair=tiny", "data=arith", "method=cactus", "delta=0.5", "m=3", "limit=2", "max_gen_toks=10"]
+    run_mod.run(cfg_of(*greedy, "sampling=greedy", "progress=false", results=store, pair_dir=small_pair_dir))
+    runs = load_runs(store)
+    spec = load_spec(ROOT / "sweeps" / "demo.yaml", {"m": 3, "max_gen_toks": 10})
+    row = {"label": "Cactus δ=0.5", "method": "cactus", "delta": 0.5}
+    from cactus_bench.report import compose_cell
+
+    sampled = find_run(runs, compose_cell(spec, row, "arith", pair_overrides(small_pair_dir)))
+    greedy_run = find_run(runs, compose_cell(spec, row, "arith", [*pair_overrides(small_pair_dir), "sampling=greedy"]))
+    assert sampled.config["sampling"]["temperature"] == 0.6 and greedy_run.config["sampling"]["temperature"] == 0
+    assert greedy_run.summary["realised_kl"] == 0.0 and sampled is not greedy_run
+    made = figures(runs, tmp_path / "figs")
+    fig2 = [n for n in made if n.startswith("fig2_delta_grid_arith")]
+    assert len(fig2) == 1  # the sampled setting has a δ grid; the greedy one a single δ, so no grid
+    assert len([n for n in made if n.startswith("fig1_tradeoff_arith")]) == 2  # one per setting
+    shutil.copytree(sampled.folder, sampled.folder.parent / "copy_of_run")
+    with pytest.raises(AmbiguousRuns, match="copy_of_run"):
+        find_run(load_runs(store), compose_cell(spec, row, "arith", pair_overrides(small_pair_dir)))
+
+
+def test_table_puts_the_paper_beside_ours_and_names_missing_references(fixture_store, small_pair_dir, tmp_path):
     spec = load_spec(ROOT / "sweeps" / "table1.yaml", {"pair": "tiny", "data": ["arith"]})
-    md, _ = render_table(spec, load_runs(fixture_store), tmp_path)
+    md, _ = render_table(spec, load_runs(fixture_store), tmp_path, pair_overrides(small_pair_dir))
     assert "ours (paper)" in md
     spec = load_spec(ROOT / "sweeps" / "table1.yaml")
     md, _ = render_table(spec, load_runs(fixture_store), tmp_path)

@@ -163,3 +163,22 @@ def test_the_core_imports_with_torch_and_transformers_alone():
 def test_reports_and_config_do_not_import_lm_eval():
     out = _imports_without("cactus_bench.report, cactus_bench.app.config, cactus_bench.app.tracking", ("lm_eval",))
     assert out.returncode == 0, out.stderr
+
+
+def test_rej_reproduces_the_papers_column_from_its_own_accepted_lengths():
+    """Rej's formula is inferred. From Table 1's AL values (m = 20; per call AL accepted, AL + 1 emitted,
+    20 − AL rejected) it gives −30/−35/−33 % on GSM8K and −45/−46/−49 % on GPQA, against the printed
+    −32/−36/−34 and −46/−46/−50: within 2 points everywhere."""
+
+    def samples(al):  # one verifier call per sample, scaled so AL is exact
+        return [{"stats": {"new_tokens": al + 1, "rejected": 20 - al, "drafted": 20, "accepted": al}}]
+
+    table = {
+        "gsm8k": (5.11, [(6.78, -32), (7.15, -36), (7.00, -34)]),
+        "gpqa": (3.84, [(6.41, -46), (6.46, -46), (6.74, -50)]),
+    }
+    ours = {}
+    for data, (sps_al, rows) in table.items():
+        ours[data] = [round(metrics.rej(samples(al), samples(sps_al))) for al, _ in rows]
+        assert all(abs(o - printed) <= 2 for o, (_, printed) in zip(ours[data], rows))
+    assert ours == {"gsm8k": [-30, -35, -33], "gpqa": [-45, -46, -49]}

@@ -358,7 +358,9 @@ def test_statistics_are_consistent(pair):
     assert s["new_tokens"] == len(out.tokens) == sum(out.rounds.emitted)
     assert s["tau"] == pytest.approx(s["new_tokens"] / s["verifier_calls"])
     assert s["accepted_length"] == pytest.approx(s["accepted"] / s["verifier_calls"])
-    assert s["acceptance_rate"] == pytest.approx(s["accepted"] / s["drafted"])
+    assert s["prefix_acceptance"] == pytest.approx(s["accepted"] / s["drafted"])
+    assert s["acceptance_rate"] == pytest.approx(s["accepted_any"] / s["drafted"])
+    assert s["acceptance_rate"] >= s["prefix_acceptance"]
     assert s["realised_kl"] is not None and s["realised_kl"] >= 0
     assert all(e == a + 1 for a, e in zip(out.rounds.accepted, out.rounds.emitted))  # no EOS: accepted + 1
     total = s["t_draft"] + s["t_verify"] + s["t_rule"] + s["t_other"]

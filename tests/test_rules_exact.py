@@ -54,7 +54,7 @@ def reference(name, params, p, q, rule):
     if name == "tas":
         return ref.tas_law(pl, ql, params.get("epsilon", 0.09), None, params.get("recovery", "argmax"))
     if name == "topk":
-        return ref.topk_law(pl, ql, params["k"])
+        return ref.topk_law(pl, ql, params["k"], params.get("require_support", False))
     if name == "interp":
         return ref.interp_law(pl, ql, params["alpha"])
     if name == "mentored":
@@ -262,3 +262,14 @@ def test_gamma_formula_matches_the_paper():
         for delta in (0.2, 0.75, 1.0):
             g = float(build_rule("cactus", delta=delta).gamma(torch.tensor(qn, dtype=torch.float64)))
             assert g == pytest.approx(min(qn + math.sqrt(2 * delta * qn * (1 - qn)), 1.0), abs=1e-15)
+
+
+def test_topk_accepts_everything_when_q_has_fewer_than_k_tokens():
+    """The authors' rule: τ_k = 0 when q's support is smaller than k, so every draft is accepted (the law
+    is p, even on tokens q excludes); `require_support` restores the guard (never leave q's support)."""
+    p = dist(torch.randn(V, generator=torch.Generator().manual_seed(1)))
+    q = torch.zeros(V, dtype=torch.float64)
+    q[:3] = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)  # support 3 < k = 5
+    torch.testing.assert_close(build_rule("topk", k=5).output_law(p, q), p, atol=1e-12, rtol=0)
+    guarded = build_rule("topk", k=5, require_support=True).output_law(p, q)
+    assert float(guarded[3:].sum()) == 0.0 and abs(float(guarded.sum()) - 1) < 1e-12

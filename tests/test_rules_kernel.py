@@ -35,7 +35,7 @@ def worst_pvalue(rule, oracle=None):
     j, must follow the oracle's law (draft rows) or q_{m+1} (bonus)."""
     oracle = oracle or rule
     p, q, p_raw, q_raw, drafts = scenario()
-    emitted, n_acc, _ = run_kernel(rule, p, q, p_raw, q_raw, drafts)
+    emitted, n_acc, *_ = run_kernel(rule, p, q, p_raw, q_raw, drafts)
     assert emitted.shape == (TRIALS, M + 1) and n_acc.shape == (TRIALS,)
     worst, reached_counts = 1.0, []
     for j in range(M):
@@ -63,7 +63,7 @@ def test_kernel_matches_exact_law(name, params):
 @pytest.mark.parametrize("name,params", CONFIGS, ids=RULE_IDS)
 def test_kernel_output_layout(name, params):
     p, q, p_raw, q_raw, drafts = scenario()
-    emitted, n_acc, _ = run_kernel(build_rule(name, **params), p, q, p_raw, q_raw, drafts)
+    emitted, n_acc, *_ = run_kernel(build_rule(name, **params), p, q, p_raw, q_raw, drafts)
     pos = torch.arange(M + 1)
     accepted = pos[:M] < n_acc[:, None]
     assert torch.equal(emitted[:, :M][accepted], drafts[accepted])  # accepted prefix = the drafts
@@ -136,7 +136,7 @@ def test_qwen3_vocabulary_at_m20(name, params):
     p = torch.softmax(torch.randn(1, m, Vq, generator=g), -1)
     q = torch.softmax(torch.randn(1, m + 1, Vq, generator=g), -1)
     d = torch.multinomial(p[0], 1, generator=g).T
-    emitted, n_acc, kl_pos = build_rule(name, **params).verify(p, q, d, g, draft_raw=p, target_raw=q, return_kl=True)
+    emitted, n_acc, _, kl_pos = build_rule(name, **params).verify(p, q, d, g, draft_raw=p, target_raw=q, return_kl=True)
     assert emitted.shape == (1, m + 1) and 0 <= int(n_acc) <= m
     assert int(emitted[0, n_acc]) in range(Vq)
     if kl_pos is not None:
@@ -154,7 +154,7 @@ def test_edge_distributions(name, params):
     p = torch.stack([torch.full((V,), 1 / V), tiny, torch.full((V,), 1 / V)])[None]
     q = torch.stack([onehot, torch.full((V,), 1 / V), onehot, onehot])[None]
     for d in ([2, 4, 0], [0, 4, 2], [2, 4, 2]):  # q_n = 1 / q_n = 0, tiny p_n
-        emitted, n_acc, _ = rule.verify(p, q, torch.tensor([d]), torch.Generator().manual_seed(1))
+        emitted, n_acc, *_ = rule.verify(p, q, torch.tensor([d]), torch.Generator().manual_seed(1))
         k = int(n_acc)
         assert 0 <= k <= 3 and (emitted[0, : k + 1] >= 0).all() and (emitted[0, k + 1 :] == -1).all()
         # after a one-hot verifier row, a rule may emit only that token or (lossy rules) the draft
@@ -167,7 +167,7 @@ def test_zero_draft_length_is_a_verifier_sample():
     rule = build_rule("cactus")
     q = torch.zeros(4, 1, V)
     q[..., 5] = 1
-    emitted, n_acc, _ = rule.verify(torch.zeros(4, 0, V), q, torch.zeros(4, 0, dtype=torch.int64))
+    emitted, n_acc, *_ = rule.verify(torch.zeros(4, 0, V), q, torch.zeros(4, 0, dtype=torch.int64))
     assert emitted.tolist() == [[5]] * 4 and n_acc.tolist() == [0] * 4
 
 

@@ -25,6 +25,7 @@ class PairConfig:
     device: str = "auto"
     verifier_device_map: Any = None
     revision: str | None = None
+    add_bos_token: bool = False  # prepend BOS to every prompt (lm-eval does for Gemma)
 
 
 @dataclass
@@ -144,7 +145,9 @@ def identity(cfg: DictConfig) -> dict:
     """What makes two runs the same run (so a re-run resumes): everything that changes a sample's output.
     `limit` is not part of it: a larger limit continues the same run."""
     return {
-        "pair": {k: cfg.pair[k] for k in ("drafter", "verifier", "dtype", "revision")},
+        # add_bos_token enters only when set, so runs stored before it existed keep their identity
+        "pair": {k: cfg.pair[k] for k in ("drafter", "verifier", "dtype", "revision")}
+        | ({"add_bos_token": True} if cfg.pair.add_bos_token else {}),
         **method_of(cfg).identity(),
         "data": cfg.data.name,
         "subset": cfg.data.get("subset"),

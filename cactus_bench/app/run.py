@@ -63,6 +63,7 @@ def run(cfg: DictConfig) -> dict:
         cfg.max_gen_toks,
         seed=cfg.seed,
         engine=OmegaConf.to_container(cfg.engine),
+        add_bos_token=cfg.pair.add_bos_token,
     )
     bench.prepare(lm, f"{cfg.pair.name}-{method.tag}")
     store = RunStore.open(cfg)

@@ -13,8 +13,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import os
 import random
+import re
 import urllib.request
 import zipfile
 from pathlib import Path
@@ -25,7 +27,7 @@ from ..registry import Registry
 
 GPQA_SUBSETS = ("diamond", "main", "extended")
 GPQA_PASSWORD = b"deserted-untie-orchid"  # published by the authors; it only keeps crawlers out
-GPQA_SHUFFLE_SEED = "cactus-bench-gpqa-v1"  # answer order: fixed per question, independent of any global RNG
+GPQA_SHUFFLE_SEED = 0  # the authors' random.seed(0) before lm-eval shuffles the answers (spec.py)
 SPECBENCH_URL = "https://raw.githubusercontent.com/hemingkx/Spec-Bench/main/data/spec_bench/question.jsonl"
 
 
@@ -34,6 +36,7 @@ class DataError(ValueError):
 
 
 LOADERS: Registry = Registry("dataset loader")
+log = logging.getLogger("cactus_bench")
 
 
 def data_root(root: str | os.PathLike | None = None) -> Path | None:
@@ -121,25 +124,51 @@ def _hf_token() -> str | None:
     return get_token()
 
 
-def gpqa_choices(row: dict) -> dict:
-    """The four answers in a fixed order per question (seeded by its Record ID) and the correct letter."""
+def gpqa_answer_text(text: str | None) -> str:
+    """An answer as the authors' pinned lm-eval GPQA CoT task (v1.0) shows it: trimmed, `[title]` made a
+    sentence break, every other `[...]` span deleted, double spaces collapsed."""
+    if text is None:
+        return " "
+    text = text.strip().replace(" [title]", ". ")
+    text = re.sub(r"\[.*?\]", "", text)
+    return text.replace("  ", " ")
 
-    def clean(text):
-        text = (text or " ").strip().replace(" [title]", ". ")
-        return text.replace("  ", " ")
 
-    choices = [clean(row[f"Incorrect Answer {i}"]) for i in (1, 2, 3)] + [clean(row["Correct Answer"])]
-    random.Random(f"{GPQA_SHUFFLE_SEED}:{row['Record ID']}").shuffle(choices)
-    correct = choices.index(clean(row["Correct Answer"]))
-    return {
-        "choice1": choices[0],
-        "choice2": choices[1],
-        "choice3": choices[2],
-        "choice4": choices[3],
-        "choices": choices,
-        "answer": f"({'ABCD'[correct]})",
-        "id": row["Record ID"],
-    }
+def gpqa_docs(rows: list[dict], seed: int = GPQA_SHUFFLE_SEED) -> list[dict]:
+    """The four answers of each question in the authors' order: Python's `random.shuffle` run over the
+    questions in file order after `random.seed(0)` (a private generator, so the global one is untouched),
+    and the correct letter. Where two answers coincide after cleaning, the first copy counts as the
+    correct one (the authors' `list.index`); that is logged."""
+    rng = random.Random(seed)
+    out = []
+    for row in rows:
+        choices = [gpqa_answer_text(row[f"Incorrect Answer {i}"]) for i in (1, 2, 3)]
+        correct_text = gpqa_answer_text(row["Correct Answer"])
+        choices.append(correct_text)
+        rng.shuffle(choices)
+        if len(set(choices)) < 4:
+            log.warning(
+                "GPQA %s: answers coincide after cleaning (%r); the first copy is scored as correct",
+                row["Record ID"],
+                correct_text,
+            )
+        correct = choices.index(correct_text)
+        out.append(
+            {
+                "Question": row["Question"],
+                "Record ID": row["Record ID"],
+                "High-level domain": row.get("High-level domain"),
+                "Subdomain": row.get("Subdomain"),
+                "choice1": choices[0],
+                "choice2": choices[1],
+                "choice3": choices[2],
+                "choice4": choices[3],
+                "choices": choices,
+                "answer": f"({'ABCD'[correct]})",
+                "id": row["Record ID"],
+            }
+        )
+    return out
 
 
 @LOADERS.register("gpqa")
@@ -152,7 +181,6 @@ def load_gpqa(root: str | os.PathLike | None = None, subset: str = "diamond", **
         with zipfile.ZipFile(_local_file(local, "gpqa/dataset.zip")) as z:
             raw = z.read(f"dataset/gpqa_{subset}.csv", pwd=GPQA_PASSWORD)
         rows = list(csv.DictReader(io.StringIO(raw.decode("utf-8"))))
-        ds = datasets.Dataset.from_list(rows)
     else:
         if not _hf_token():
             raise DataError(
@@ -160,10 +188,8 @@ def load_gpqa(root: str | os.PathLike | None = None, subset: str = "diamond", **
                 "(`huggingface-cli login` or HF_TOKEN), or set data.root / CACTUS_BENCH_DATA to a folder "
                 "with gpqa/dataset.zip"
             )
-        ds = _hub("Idavidrein/gpqa", f"gpqa_{subset}")["train"]
-    keep = ["Question", "Record ID", "High-level domain", "Subdomain"]
-    ds = ds.map(gpqa_choices, remove_columns=[c for c in ds.column_names if c not in keep])
-    return datasets.DatasetDict({"train": ds})
+        rows = list(_hub("Idavidrein/gpqa", f"gpqa_{subset}")["train"])
+    return datasets.DatasetDict({"train": datasets.Dataset.from_list(gpqa_docs(rows))})
 
 
 @LOADERS.register("arith")

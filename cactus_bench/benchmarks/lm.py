@@ -18,18 +18,7 @@ from lm_eval.api.registry import register_model
 from ..decode import GenerationOutput
 from ..methods import Method
 from ..models import Pair, load_pair
-
-THINK_END = "</think>"
-
-
-def strip_thinking(text: str) -> str:
-    """Drop a reasoning block: everything up to the last `</think>`; an unclosed `<think>` (the budget
-    ran out while thinking) leaves no answer."""
-    if THINK_END in text:
-        return text.rsplit(THINK_END, 1)[1].lstrip()
-    if "<think>" in text:
-        return ""
-    return text
+from .filters import remove_thinking
 
 
 def cut_at_stop(text: str, until: list[str]) -> tuple[str, bool]:
@@ -45,7 +34,7 @@ def stable_seed(*parts) -> int:
 
 @dataclass
 class Generation:
-    text: str  # what is scored (stop strings cut, thinking removed)
+    text: str  # the reply lm-eval scores: cut at the first stop string (thinking kept: a filter removes it)
     raw_text: str  # everything the model emitted
     output: GenerationOutput
 
@@ -61,13 +50,17 @@ class CactusLM(LM):
         sampling: dict,
         max_gen_toks: int,
         seed: int = 0,
-        strip_think: bool = True,
+        filter_thinking: bool = True,
         engine: dict | None = None,
+        add_bos_token: bool = False,
     ):
         super().__init__()
         self.pair, self.method, self.sampling = pair, method, dict(sampling)
         self.engine = dict(engine or {})  # static_cache / compile for the decode loops
-        self.max_gen_toks, self.seed, self.strip_think = max_gen_toks, seed, strip_think
+        self.max_gen_toks, self.seed = max_gen_toks, seed
+        # lm-eval's stock tasks lack the authors' thinking filter: `generate_until` applies it for them
+        self.filter_thinking = filter_thinking
+        self.add_bos_token = add_bos_token  # lm-eval adds a BOS for Gemma models (see conf/pair/gemma2_*)
         self.records: list[dict] = []  # per request: decode statistics, for lm-eval-driven runs
 
     SAMPLING_ARGS = ("temperature", "top_k", "top_p")
@@ -88,9 +81,10 @@ class CactusLM(LM):
         sampling.update({k: args.pop(k) for k in cls.SAMPLING_ARGS if k in args})
         name, m = args.pop("method", "cactus"), int(args.pop("m", 10))
         max_gen_toks, seed = int(args.pop("max_gen_toks", 4096)), int(args.pop("seed", 0))
+        add_bos = bool(args.pop("add_bos_token", "gemma" in str(pair_kw["verifier"]).lower()))  # as lm-eval does
         method = Method(str(name), args, m)  # what is left: the rule's parameters
         pair = load_pair(pair_kw.pop("drafter"), pair_kw.pop("verifier"), **pair_kw)
-        return cls(pair, method, sampling, max_gen_toks, seed=seed)
+        return cls(pair, method, sampling, max_gen_toks, seed=seed, add_bos_token=add_bos)
 
     # --- chat template (lm-eval builds prompts with it) ---
     @property
@@ -105,7 +99,7 @@ class CactusLM(LM):
     # --- generation ---
     def generate(self, context: str, until: list[str], key) -> Generation:
         tok = self.pair.tokenizer
-        ids = tok(context, add_special_tokens=False)["input_ids"]
+        ids = tok(context, add_special_tokens=self.add_bos_token)["input_ids"]
         device = self.pair.verifier.get_input_embeddings().weight.device
         generator = torch.Generator(device=device).manual_seed(stable_seed(self.seed, key))
         stops = [s for s in until if s]
@@ -127,8 +121,6 @@ class CactusLM(LM):
         )
         raw = tok.decode(out.tokens, skip_special_tokens=True)
         text, _ = cut_at_stop(raw, stops)
-        if self.strip_think:
-            text = strip_thinking(text)
         return Generation(text, raw, out)
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
@@ -137,7 +129,7 @@ class CactusLM(LM):
             context, gen_kwargs = req.args
             gen = self.generate(context, list(gen_kwargs.get("until", [])), (req.task_name, req.doc_id))
             self.records.append({"task": req.task_name, "doc_id": req.doc_id, **gen.output.summary()})
-            texts.append(gen.text)
+            texts.append(remove_thinking(gen.text) if self.filter_thinking else gen.text)
         return texts
 
     def loglikelihood(self, requests, disable_tqdm: bool = False):

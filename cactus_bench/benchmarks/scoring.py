@@ -15,9 +15,12 @@ from pathlib import Path
 from lm_eval.api.metrics import mean, stderr_for_metric
 from lm_eval.tasks import TaskManager
 
+from . import filters  # noqa: F401  (registers the authors' filters the task YAMLs name)
 from .data import DataError
 
 TASKS_DIR = Path(__file__).parent / "tasks"
+FEWSHOT_SEED = 1234  # the authors' fewshot_random_seed, set on every task (spec.py)
+FEWSHOT_AS_MULTITURN = False  # lm-eval's default layout, which the authors use: exemplars + question in one turn
 BOOTSTRAP_ITERS = 1000  # only for aggregations without a closed-form stderr (IFEval's instruction level)
 
 
@@ -77,12 +80,15 @@ class TaskScorer:
         self._instances = None
 
     def _build(self, limit: int | None = None):
+        # Re-seeded for every build: the same exemplars in every process, method and resume, and the first
+        # N prompts do not depend on N (the sampler draws for the documents in order).
+        self.task.set_fewshot_seed(seed=FEWSHOT_SEED)
         self.task.build_all_requests(
             limit=limit,
             rank=0,
             world_size=1,
             apply_chat_template=self.chat_template is not None,
-            fewshot_as_multiturn=self.chat_template is not None,
+            fewshot_as_multiturn=FEWSHOT_AS_MULTITURN,
             chat_template=self.chat_template,
             tokenizer_name=self.tokenizer_name,
         )

@@ -3,6 +3,7 @@ pair's chat template, and each response scored by the task's own filters the mom
 
 from __future__ import annotations
 
+import hashlib
 import time
 
 from .lm import CactusLM
@@ -27,6 +28,7 @@ class TaskBenchmark:
         return {
             "index": item.index,
             "id": item.id,
+            "prompt_sha256": hashlib.sha256(item.context.encode()).hexdigest(),
             "response": gen.text,
             "raw_response": gen.raw_text,
             "tokens": gen.output.tokens,

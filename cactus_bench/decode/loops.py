@@ -122,9 +122,16 @@ def verify(vm: CachedModel, committed: list[int], d: Draft, warp: Warper, vocab:
     return warp(logits), logits
 
 
-def accept(rule: Rule, d: Draft, q: Tensor, v_logits: Tensor, generator) -> tuple[list[int], int, float | None]:
-    """The rule's decision on a round: (emitted tokens, drafts accepted, Σ realised KL over the decided
-    positions, None for rules without a target) — the round's one host sync."""
+@dataclass
+class Decision:
+    tokens: list[int]  # emitted this round: the accepted drafts and one sampled token
+    accepted: int  # drafts accepted before the first rejection
+    accepted_any: int  # drafts whose accept test passed, at any position
+    kl_sum: float | None  # Σ realised KL over the decided positions (None: the rule has no target)
+
+
+def accept(rule: Rule, d: Draft, q: Tensor, v_logits: Tensor, generator) -> Decision:
+    """The rule's decision on a round — the round's one host sync."""
     k = d.tokens.shape[1]
     p = d.probs if k else q.new_empty((1, 0, q.shape[-1]))
     raw = {"draft_raw": d.raw, "target_raw": torch.softmax(v_logits.float(), -1)} if (d.raw is not None) else {}
@@ -134,9 +141,9 @@ def accept(rule: Rule, d: Draft, q: Tensor, v_logits: Tensor, generator) -> tupl
         kl_sum = (v.kl[0] * decided).sum().reshape(1).double()
     else:
         kl_sum = torch.zeros(1, dtype=torch.float64, device=q.device)
-    host = torch.cat([v.emitted[0].double(), v.n_accepted.double(), kl_sum]).tolist()  # the one sync
+    host = torch.cat([v.emitted[0].double(), v.n_accepted.double(), v.n_accepted_any.double(), kl_sum]).tolist()
     n = int(host[k + 1])
-    return [int(t) for t in host[: n + 1]], n, (host[k + 2] if v.kl is not None else None)
+    return Decision([int(t) for t in host[: n + 1]], n, int(host[k + 2]), host[k + 3] if v.kl is not None else None)
 
 
 # --- the loops ---------------------------------------------------------------------------------------
@@ -196,11 +203,12 @@ def speculative_generate(
             t_draft = clock.lap()
             q, v_logits = verify(vm, committed, d, warp, vocab)
             t_verify = clock.lap()
-            out, n, kl_sum = accept(rule, d, q, v_logits, opts.generator)
-            has_kl = has_kl or kl_sum is not None
+            decision = accept(rule, d, q, v_logits, opts.generator)
+            n = decision.accepted
+            has_kl = has_kl or decision.kl_sum is not None
             t_rule = clock.lap()
 
-            tokens, reason = _commit(out, eos, budget - len(generated))
+            tokens, reason = _commit(decision.tokens, eos, budget - len(generated))
             committed += tokens
             generated += tokens
             vm.rollback(len(committed) - 1)
@@ -212,12 +220,13 @@ def speculative_generate(
             rounds.add(
                 drafted=k,
                 accepted=min(n, len(tokens)),
+                accepted_any=decision.accepted_any,
                 emitted=len(tokens),
                 t_draft=t_draft,
                 t_verify=t_verify,
                 t_rule=t_rule,
                 t_other=clock.lap(),
-                kl_sum=kl_sum or 0.0,
+                kl_sum=decision.kl_sum or 0.0,
                 kl_count=min(n + 1, k),
             )
             if reason is not None:
@@ -262,6 +271,7 @@ def autoregressive_generate(verifier, input_ids, **options) -> GenerationOutput:
             rounds.add(
                 drafted=0,
                 accepted=0,
+                accepted_any=0,
                 emitted=1,
                 t_draft=0.0,
                 t_verify=t_verify,

@@ -14,6 +14,7 @@ class Rounds:
 
     drafted: list[int] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)  # drafts accepted before the first rejection
+    accepted_any: list[int] = field(default_factory=list)  # drafts whose accept test passed, any position
     emitted: list[int] = field(default_factory=list)  # tokens committed this round (accepted + 1, or cut)
     t_draft: list[float] = field(default_factory=list)
     t_verify: list[float] = field(default_factory=list)
@@ -48,6 +49,7 @@ class GenerationOutput:
             "verifier_calls": self.verifier_calls,
             "drafted": sum(r.drafted),
             "accepted": sum(r.accepted),
+            "accepted_any": sum(r.accepted_any),
             "rejected": sum(d - a for d, a in zip(r.drafted, r.accepted)),
             "kl_sum": sum(r.kl_sum) if self.has_kl else None,
             "kl_count": sum(r.kl_count) if self.has_kl else None,
@@ -57,6 +59,8 @@ class GenerationOutput:
             "t_verify": sum(r.t_verify),
             "t_rule": sum(r.t_rule),
             "t_other": sum(r.t_other),
+            "generations": 1,
+            "length_stops": int(self.stop_reason == "length"),
         }
 
     def summary(self) -> dict:

@@ -61,6 +61,7 @@ class Verification(NamedTuple):
 
     emitted: Tensor  # [B, m+1] token ids, -1 after the last emitted token
     n_accepted: Tensor  # [B] drafts accepted before the first rejection
+    n_accepted_any: Tensor  # [B] drafts whose accept test passed, at any position (vLLM-style counting)
     kl: Tensor | None  # [B, m] realised KL(h||q) per position (with return_kl, for rules with a target)
 
 
@@ -131,8 +132,9 @@ class Rule(ABC):
         """One speculative verification step for a batch, vectorised over all m positions.
 
         draft_probs [B, m, V], target_probs [B, m+1, V] (last row: bonus position), draft_tokens [B, m].
-        Returns a ``Verification``: emitted [B, m+1] (-1 after the last emitted token), n_accepted [B], and
-        with ``return_kl`` the realised KL(h||q) per position [B, m] (else, and for target-free rules, None).
+        Returns a ``Verification``: emitted [B, m+1] (-1 after the last emitted token), n_accepted [B] (the
+        prefix), n_accepted_any [B] (every position whose test passed), and with ``return_kl`` the realised
+        KL(h||q) per position [B, m] (else, and for target-free rules, None).
         No host synchronisation unless ``check`` asks for value checks (default: only on CPU, where
         checking costs no sync).
         """
@@ -148,12 +150,14 @@ class Rule(ABC):
         device = draft_probs.device
 
         if m == 0:  # nothing drafted (e.g. one token of budget left): a plain verifier sample
-            n_acc = torch.zeros(B, dtype=torch.int64, device=device)
+            n_acc = n_any = torch.zeros(B, dtype=torch.int64, device=device)
             last = sample_weights(target_probs[:, 0], generator)
         else:
             a = self.accept_prob(draft_probs, q, draft_tokens, **extra)  # [B, m]
             u = torch.rand((B, m), generator=generator, device=device, dtype=a.dtype)
-            n_acc = torch.cumprod((u < a).to(torch.int64), dim=-1).sum(-1)  # accepted before 1st rejection
+            passed = (u < a).to(torch.int64)
+            n_acc = torch.cumprod(passed, dim=-1).sum(-1)  # accepted before the first rejection
+            n_any = passed.sum(-1)
             # The one sampled token sits at position n_acc: recovery there, or the bonus when n_acc == m.
             rows = torch.arange(B, device=device)
             j = n_acc.clamp(max=m - 1)
@@ -166,7 +170,7 @@ class Rule(ABC):
         emitted[:, :m] = torch.where(pos[:m] < n_acc.unsqueeze(-1), draft_tokens, -1)
         emitted.scatter_(1, n_acc.unsqueeze(-1), last.unsqueeze(-1))
         kl_pos = self.realised_kl(draft_probs, q, draft_tokens, **extra) if (return_kl and m > 0) else None
-        return Verification(emitted, n_acc, kl_pos)
+        return Verification(emitted, n_acc, n_any, kl_pos)
 
     def _raw_kwargs(self, draft_raw: Tensor | None, target_raw: Tensor | None, m: int) -> dict:
         if not self.needs_raw or draft_raw is None or target_raw is None:

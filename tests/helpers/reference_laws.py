@@ -89,9 +89,9 @@ def tas_law(p, q, epsilon=0.09, alpha=None, recovery="argmax"):
     return per_draft_law(p, lambda n: 1.0 if q[n] > thr else 0.0, lambda n: rec)
 
 
-def topk_law(p, q, k=5):
+def topk_law(p, q, k=5, require_support=False):
     tau = sorted(q, reverse=True)[min(k, len(q)) - 1]
-    top = [1.0 if (qi >= tau and qi > 0) else 0.0 for qi in q]
+    top = [1.0 if (qi >= tau and (qi > 0 or not require_support)) else 0.0 for qi in q]
     res = [max(t - pi, 0.0) for t, pi in zip(top, p)]
     return per_draft_law(p, lambda n: top[n], lambda n: res if sum(res) > 0 else list(q))
 

@@ -14,6 +14,7 @@ CONFIGS = [
     ("tas", {}),
     ("tas", {"epsilon": 0.3, "recovery": "sample"}),
     ("topk", {"k": 3}),
+    ("topk", {"k": 8, "require_support": True}),
     ("interp", {"alpha": 0.4}),
     ("mentored", {"divergence": 0.05}),
     ("speccas", {"variant": "token_v3", "alpha": 0.5}),

@@ -1,0 +1,250 @@
+"""Parity with the authors' protocol (docs/protocol.md and GitHub MANGA-UOFA/Cactus `spec.py`)."""
+
+import hashlib
+import importlib
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cactus_bench.benchmarks.filters import remove_thinking
+from cactus_bench.report import compose_cell, load_spec
+from cactus_bench.score import scorer_for
+
+from .helpers.paths import DATA
+
+ROOT = Path(__file__).resolve().parents[1]
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="needs ../shared/data")
+
+
+def protocol_rows() -> list[tuple[str, str]]:
+    """(checked, ours) of every machine-checked row of docs/protocol.md."""
+    rows = []
+    for line in (ROOT / "docs" / "protocol.md").read_text().splitlines():
+        if not line.startswith("| ") or line.startswith("| ---") or line.startswith("| setting"):
+            continue
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        if cells[1]:
+            rows.append((cells[1].strip("`"), cells[2]))
+    return rows
+
+
+def checked_value(check: str):
+    kind, _, ref = check.partition(":")
+    if kind.startswith("cfg"):
+        data, _, method = (kind.partition("@")[2] or "gsm8k/sps").partition("/")
+        spec = load_spec(ROOT / "sweeps" / "table1.yaml")
+        cfg = compose_cell(spec, {"method": method, **({"delta": 0.75} if method == "cactus" else {})}, data)
+        from omegaconf import OmegaConf
+
+        return OmegaConf.select(cfg, ref)
+    if kind == "task":
+        task, _, key = ref.partition(".")
+        config = scorer_for({"cactus_gsm8k": "gsm8k", "cactus_gpqa_diamond": "gpqa"}[task]).task.config
+        value = getattr(config, key.split(".")[0])
+        for part in key.split(".")[1:]:
+            value = value[part]
+        return value
+    if kind == "py":
+        module, _, name = ref.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+    raise AssertionError(f"unknown check {check!r}")
+
+
+@needs_data
+@pytest.mark.parametrize("check,ours", protocol_rows(), ids=lambda x: x if x.startswith(("cfg", "task", "py")) else "")
+def test_protocol_document_agrees_with_the_code(check, ours):
+    literal = re.search(r"`([^`]*)`", ours).group(1).replace("\\|", "|")
+    assert checked_value(check) == yaml.safe_load(literal), f"docs/protocol.md says {literal} for {check}"
+
+
+def test_protocol_document_checks_many_settings():
+    assert len(protocol_rows()) >= 20
+
+
+# --- thinking removal (RemoveThinkingToken) ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "raw,scored",
+    [
+        ("<think>\nreasoning\n</think>\n\nThe answer is 4.", "The answer is 4."),
+        ("<think>budget ran out. The answer is (B)", "budget ran out. The answer is (B)"),  # kept, can score
+        ("stray prefix</think>\nfinal", "final"),
+        ("a</think>b</think>c", "c"),
+        ("<think>x</think>mid<think>y</think>end", "midend"),
+        ("no thinking", "no thinking"),
+    ],
+)
+def test_thinking_is_removed_as_the_authors_filter_does(raw, scored):
+    assert remove_thinking(raw) == scored
+
+
+@needs_data
+def test_a_reply_cut_off_while_thinking_still_scores():
+    """Before: an unclosed <think> became "" and scored 0. The authors' filter keeps the text."""
+    scorer = scorer_for("gpqa", DATA)
+    prompt = scorer.prompts(limit=1)[0]
+    reply = f"<think>\nLet me work it out... so the answer is {prompt.doc['answer']}"
+    scores = scorer.score(prompt.index, reply)
+    assert scores["exact_match,flexible-extract"] == 1 and scores["exact_match,flexible-extract-last"] == 1
+    gsm = scorer_for("gsm8k", DATA)
+    p = gsm.prompts(limit=1)[0]
+    gold = p.doc["answer"].split("####")[-1].strip()
+    assert gsm.score(p.index, f"<think>long</think>\n\nSo #### {gold}")["exact_match,strict-match"] == 1
+    assert gsm.score(p.index, f"<think>the answer is #### {gold} but cut off")["exact_match,strict-match"] == 1
+
+
+# --- few-shot exemplars and layout -----------------------------------------------------------------------
+
+
+def _render(limit: int) -> list[str]:
+    scorer = scorer_for("gsm8k", str(DATA))
+    turns = []
+
+    def template(history, add_generation_prompt=True):  # a plain chat template that records the turns
+        turns.append(len(history))
+        return json.dumps(history)
+
+    scorer.chat_template, scorer.tokenizer_name = template, "plain"
+    prompts = scorer.prompts(limit)
+    assert set(turns) == {1}  # single turn: exemplars and question in one user message
+    return [hashlib.sha256(p.context.encode()).hexdigest() for p in prompts]
+
+
+@needs_data
+def test_fewshot_prompts_are_identical_across_processes_and_limits():
+    here = _render(4)
+    code = "from tests.test_protocol import _render; print(','.join(_render(2)))"
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert other.stdout.strip().splitlines()[-1].split(",") == here[:2]  # another process, a smaller limit
+    assert _render(4) == here  # a second build in the same process (a resume)
+
+
+# --- GPQA choices as lm-eval v1.0 shows them -------------------------------------------------------------
+
+
+@needs_data
+def test_gpqa_choices_follow_the_authors_lm_eval():
+    """Their pinned task deletes every [...] span and shuffles with Python's random after random.seed(0);
+    the order is checked against lm-eval's own process_docs on the same cleaned answers."""
+    import csv
+    import io
+    import random
+    import zipfile
+
+    import datasets
+    from lm_eval.tasks.gpqa.cot_zeroshot.utils import process_docs
+
+    from cactus_bench.benchmarks.data import GPQA_PASSWORD, gpqa_answer_text, load_gpqa
+
+    ours = load_gpqa(DATA)["train"]
+    with zipfile.ZipFile(DATA / "gpqa" / "dataset.zip") as z:
+        rows = list(csv.DictReader(io.StringIO(z.read("dataset/gpqa_diamond.csv", pwd=GPQA_PASSWORD).decode())))
+    keys = ["Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3", "Correct Answer"]
+    cleaned = [{k: gpqa_answer_text(r[k]) if k in keys else r[k] for k in r} for r in rows]
+    state = random.getstate()
+    random.seed(0)
+    try:
+        theirs = process_docs(datasets.Dataset.from_list(cleaned))
+    finally:
+        random.setstate(state)
+    assert ours["answer"] == theirs["answer"]
+
+    def trimmed(column):  # their preprocess runs twice on pre-cleaned text: a trailing space can go
+        return [[c.strip() for c in choices] for choices in column]
+
+    assert trimmed(ours["choices"]) == trimmed(theirs["choices"])
+
+    def uncleaned(t):  # today's lm-eval: no [...] deletion
+        return (t or " ").strip().replace(" [title]", ". ").replace("  ", " ")
+
+    changed = [r for r in rows if any(uncleaned(r[k]) != gpqa_answer_text(r[k]) for k in keys)]
+    in_correct = [r for r in rows if uncleaned(r["Correct Answer"]) != gpqa_answer_text(r["Correct Answer"])]
+    assert (len(changed), len(in_correct)) == (12, 9)
+
+
+# --- speedup and acceptance, named for what they are --------------------------------------------------------
+
+
+def _sample(item, tokens, seconds, drafted=0, accepted=0, accepted_any=0):
+    return {
+        "id": item,
+        "stats": {
+            "new_tokens": tokens,
+            "wall_time": seconds,
+            "verifier_calls": 1,
+            "drafted": drafted,
+            "accepted": accepted,
+            "accepted_any": accepted_any,
+        },
+    }
+
+
+def test_speedup_is_the_task_time_ratio_and_throughput_is_the_second_figure():
+    """The paper's speedup is time(verifier alone) / time(method) over the same items, not a tokens/s
+    ratio: with different reply lengths the two differ, and only the first is `speedup`."""
+    from cactus_bench import metrics
+
+    method = [_sample(0, 100, 2.0), _sample(1, 300, 2.0)]  # 400 tokens in 4 s
+    base = [_sample(0, 50, 3.0), _sample(1, 150, 3.0), _sample(2, 10, 9.0)]  # item 2: not in the method's run
+    assert metrics.speedup(method, base) == pytest.approx(6.0 / 4.0)
+    assert metrics.throughput_speedup(method, base) == pytest.approx((400 / 4) / (200 / 6))
+
+
+def test_acceptance_rate_counts_every_position_and_prefix_acceptance_the_prefix():
+    from cactus_bench import metrics
+
+    s = [_sample(0, 4, 1.0, drafted=10, accepted=3, accepted_any=7)]
+    assert metrics.decode_metrics(s)["acceptance_rate"] == pytest.approx(0.7)
+    assert metrics.decode_metrics(s)["prefix_acceptance"] == pytest.approx(0.3)
+
+
+def test_the_kernel_counts_accepts_after_the_first_rejection():
+    """Top-k with k = 1: drafts 0 (rejected: not q's top token) then 1, 1 (accepted): prefix 0, any 2."""
+    import torch
+
+    from cactus_bench.rules import build_rule
+
+    q = torch.tensor([[0.2, 0.8], [0.2, 0.8], [0.2, 0.8], [0.5, 0.5]])[None]
+    p = torch.full((1, 3, 2), 0.5)
+    v = build_rule("topk", k=1).verify(p, q, torch.tensor([[0, 1, 1]]), torch.Generator().manual_seed(0))
+    assert int(v.n_accepted) == 0 and int(v.n_accepted_any) == 2
+
+
+# --- pairs and published numbers ---------------------------------------------------------------------------
+
+
+def test_pairs_are_the_checkpoints_the_authors_ran():
+    from hydra import compose, initialize_config_dir
+
+    from cactus_bench.app.config import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        pairs = {
+            name: compose("config", overrides=[f"pair={name}"]).pair
+            for name in ("qwen3_1.7b_32b", "r1distill_1.5b_7b", "gemma2_2b_9b", "qwen3_0.6b_14b")
+        }
+    assert pairs["qwen3_1.7b_32b"].verifier == "Qwen/Qwen3-32B-FP8"
+    assert pairs["r1distill_1.5b_7b"].drafter == "yongchanghao/DeepSeek-R1-Distill-Qwen-1.5B"
+    assert pairs["gemma2_2b_9b"].add_bos_token and not pairs["qwen3_0.6b_14b"].add_bos_token
+
+
+def test_published_numbers_carry_their_source_and_unverified_ones_are_marked(tmp_path):
+    import pandas as pd
+
+    from cactus_bench.report import render_table
+
+    for csv_path in (ROOT / "results" / "paper").glob("*.csv"):
+        table = pd.read_csv(csv_path)
+        assert {"source", "confidence"} <= set(table.columns) and table["source"].notna().all()
+    unverified = pd.read_csv(ROOT / "results" / "paper" / "table2.csv")
+    assert set(unverified["confidence"]) == {"unverified"}
+    md, _ = render_table(load_spec(ROOT / "sweeps" / "table2.yaml"), [], tmp_path)
+    assert "(1.88×†)" in md and "† paper number not traced" in md
+    md, _ = render_table(load_spec(ROOT / "sweeps" / "table1.yaml"), [], tmp_path)
+    assert "(91.71)" in md and "(91.71†)" not in md and "Rej = r / r_SpS − 1" in md and "docs/protocol.md" in md
