@@ -16,11 +16,15 @@ LIMIT ?=
 DATA ?=
 M ?=
 MAX_GEN_TOKS ?=
+SHARDS ?=
+LAUNCHER ?=
+GPU ?= h100
 SWEEP_ARGS = $(if $(PAIR),pair=$(PAIR)) $(if $(LIMIT),limit=$(LIMIT)) $(if $(DATA),data=$(DATA)) \
-	$(if $(M),m=$(M)) $(if $(MAX_GEN_TOKS),max_gen_toks=$(MAX_GEN_TOKS)) $(ARGS)
+	$(if $(M),m=$(M)) $(if $(MAX_GEN_TOKS),max_gen_toks=$(MAX_GEN_TOKS)) $(if $(SHARDS),shards=$(SHARDS)) \
+	$(if $(LAUNCHER),hydra/launcher=$(LAUNCHER)) $(ARGS)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-slow test-compat test-all lint format demo reproduce-table1 reproduce-table2 reproduce-delta-grid figures embedded bench-rules \
+.PHONY: help install test test-slow test-compat test-all lint format demo reproduce-table1 reproduce-table2 reproduce-delta-grid reproduce-figure4 reproduce-lossy plan figures embedded bench-rules \
 	bench-speed bench-fast device-check-cpu
 
 help:  ## List the targets
@@ -68,7 +72,7 @@ demo: embedded  ## Offline demo: verifier alone, SpS, TAS, Cactus on the embedde
 	$(PY) -m cactus_bench.sweep sweeps/demo.yaml $(SWEEP_ARGS)
 	$(PY) -m cactus_bench.report figures
 
-reproduce-table1:  ## Table 1 sweep (GSM8K/IFEval/GPQA x Verifier/SpS/TAS/Cactus, m=20); PAIR= LIMIT= DATA= ...
+reproduce-table1:  ## Table 1 sweep (GSM8K/IFEval/GPQA x Verifier/SpS/TAS/Cactus, m=20); PAIR= LIMIT= DATA= SHARDS= LAUNCHER=
 	$(PY) -m cactus_bench.sweep sweeps/table1.yaml $(SWEEP_ARGS)
 
 reproduce-table2:  ## Table 2 sweep (Spec-Bench speedup per category, SpS and Cactus vs the verifier); PAIR= LIMIT= ...
@@ -76,6 +80,16 @@ reproduce-table2:  ## Table 2 sweep (Spec-Bench speedup per category, SpS and Ca
 
 reproduce-delta-grid:  ## Figure 2 sweep (Cactus over a grid of δ on GPQA); PAIR= LIMIT= DATA= ...
 	$(PY) -m cactus_bench.sweep sweeps/delta_grid.yaml $(SWEEP_ARGS)
+
+reproduce-figure4:  ## Figure 4 sweep (SpS/TAS/top-k/Cactus on four model families) and its figure; PAIR= maps every family
+	$(PY) -m cactus_bench.sweep sweeps/figure4.yaml $(SWEEP_ARGS)
+
+reproduce-lossy:  ## Lossy trade-off sweep (interp, SpecCas, mentored, top-k, Cactus grids) and its figure; PAIR= LIMIT= DATA=
+	$(PY) -m cactus_bench.sweep sweeps/lossy_tradeoff.yaml $(SWEEP_ARGS)
+
+plan:  ## Cost of a table's sweep before it runs: SPEC=sweeps/table1.yaml SHARDS=8 GPU=h100
+	$(PY) -m cactus_bench.plan $(or $(SPEC),sweeps/table1.yaml) $(if $(SHARDS),shards=$(SHARDS)) gpu=$(GPU) \
+		$(if $(PAIR),pair=$(PAIR)) $(if $(LIMIT),limit=$(LIMIT))
 
 figures:  ## Regenerate all figures from stored runs (results/figures)
 	$(PY) -m cactus_bench.report figures

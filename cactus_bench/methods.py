@@ -8,9 +8,12 @@ transformers only.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from .decode import GenerationOutput, autoregressive_generate, speculative_generate
 from .rules import RULES, Rule, build_rule
+
+if TYPE_CHECKING:
+    from .decode import GenerationOutput
 
 BASELINE = "ar"  # the verifier alone: the speedup denominator and the "Verifier" row of the tables
 
@@ -62,6 +65,8 @@ class Method:
 
     def generate(self, drafter, verifier, input_ids, **options) -> GenerationOutput:
         """Decode with this method; `options` are the decode loops' (`DecodeOptions`)."""
+        from .decode import autoregressive_generate, speculative_generate  # transformers: only to decode
+
         if self.is_baseline:
             return autoregressive_generate(verifier, input_ids, **options)
         return speculative_generate(drafter, verifier, input_ids, rule=self.rule, m=self.m, **options)

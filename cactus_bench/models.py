@@ -71,6 +71,32 @@ def _is_local(name: str) -> bool:
     return name.startswith((".", "/", "~")) or os.sep in name and Path(name).expanduser().exists()
 
 
+class PairUnavailable(OSError):
+    """A drafter or verifier that cannot be found here: the message names each and what to do."""
+
+
+def check_available(models: dict[str, str], revision: str | None = None) -> None:
+    """Every model of the pair is a local folder or (offline) in the hub cache, before any of them loads:
+    one message names every missing model."""
+    offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+    missing = []
+    for role, name in models.items():
+        if _is_local(name) or name.startswith((".", "/", "~")):
+            if not Path(name).expanduser().is_dir():
+                missing.append(f"pair.{role}={name} is not a folder")
+        elif offline:
+            from huggingface_hub import try_to_load_from_cache
+
+            if not isinstance(try_to_load_from_cache(name, "config.json", revision=revision), str):
+                missing.append(f"pair.{role}={name} is not in the local hub cache (HF_HUB_OFFLINE=1)")
+    if missing:
+        raise PairUnavailable(
+            "; ".join(missing) + ". Download the models on a machine with internet (`huggingface-cli download "
+            "<id>`) and copy the cache, point pair.drafter / pair.verifier at local folders, or use pair=tiny "
+            "(the embedded offline pair)."
+        )
+
+
 def _load(kind: str, name: str, loader, **kwargs):
     """Load from a local folder or the hub, turning the usual failures into actionable errors."""
     path = Path(name).expanduser()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import logging
 import math
 import os
 from dataclasses import dataclass, field
@@ -27,8 +28,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from . import metrics
 from .app.config import CONF_DIR, identity, run_key
+from .app.store import read_samples
 from .benchmarks import specbench
+from .figure_specs import DRAWINGS, expand_rows, load_paper_bounds
 from .methods import BASELINE, is_baseline
+from .utils import write_text_atomic
+
+log = logging.getLogger("cactus_bench")
 
 RESULTS = Path(os.environ.get("CACTUS_BENCH_RESULTS", "results"))
 
@@ -42,10 +48,9 @@ class Run:
 
     @property
     def samples(self) -> list[dict]:
+        """Every shard's samples, each item once (a reader never repairs or counts twice)."""
         if self._samples is None:
-            path = self.folder / "samples.jsonl"
-            lines = path.read_text().splitlines() if path.exists() else []
-            self._samples = [json.loads(x) for x in lines if x.strip()]
+            self._samples = read_samples(self.folder)
         return self._samples
 
     @property
@@ -123,15 +128,24 @@ def compose_cell(spec: dict, row: dict, data: str, overrides: list[str] = ()) ->
         return compose("config", overrides=run_overrides(spec, row, data) + list(overrides))
 
 
+ROW_KEYS = ("label", "method", "curve", "curve_param")  # what a spec row says besides the rule's parameters
+
+
 def row_params(row: dict) -> dict:
-    return {k: v for k, v in row.items() if k not in ("label", "method")}
+    return {k: v for k, v in row.items() if k not in ROW_KEYS}
 
 
 def load_spec(path: str | Path, overrides: dict | None = None) -> dict:
-    """A table spec with overrides applied; the paper's column keeps referring to the paper's own pair."""
+    """A table or figure spec with overrides applied; the paper's column keeps referring to the paper's own
+    pair. List-valued row parameters become curves (one row per value); with `pairs:` (a figure over model
+    families) a `pair` override maps every family to that pair."""
     spec = yaml.safe_load(Path(path).read_text())
     spec.setdefault("paper_pair", spec["pair"])
-    spec.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    if spec.get("pairs") and "pair" in overrides:
+        spec["pair_override"] = overrides["pair"]
+    spec.update(overrides)
+    spec["rows"] = expand_rows(spec["rows"])
     return spec
 
 
@@ -287,9 +301,7 @@ def render_table(
 ) -> tuple[str, Path]:
     df, notes = build_table(spec, runs, overrides)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     base = out / spec["name"]
-    df.to_csv(base.with_suffix(".csv"), index=False)
     table = wide(df)
     md = f"## {spec.get('title', spec['name'])}\n\n"
     if spec.get("paper"):
@@ -298,8 +310,13 @@ def render_table(
     notes = notes + _footnotes(spec, df)
     if notes:
         md += "\n" + "\n".join(f"- {n}" for n in notes) + "\n"
-    base.with_suffix(".md").write_text(md)
-    base.with_suffix(".tex").write_text(table.to_latex(escape=True))
+    if df["ours"].isna().all():  # no stored run matched any cell: never replace a file with an empty table
+        log.warning("no stored run matches %s: table printed, nothing written", spec["name"])
+        return md, base.with_suffix(".md")
+    out.mkdir(parents=True, exist_ok=True)
+    df.to_csv(base.with_suffix(".csv"), index=False)
+    write_text_atomic(base.with_suffix(".md"), md)
+    write_text_atomic(base.with_suffix(".tex"), table.to_latex(escape=True))
     return md, base.with_suffix(".md")
 
 
@@ -331,9 +348,12 @@ def _runs_frame(runs: list[Run]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def figures(runs: list[Run], out_dir: Path | str = RESULTS / "figures") -> dict[str, Path]:
+def figures(
+    runs: list[Run], out_dir: Path | str = RESULTS / "figures", specs: list[dict] = (), overrides: list[str] = ()
+) -> dict[str, Path]:
     """Figure 1 (score vs AL with the verifier's ±1σ band), Figure 2 (δ grid), Figure 3 (wall-time
-    speedup), and Spec-Bench per-category speedup — one PNG + PDF each, for what the runs cover."""
+    speedup), and Spec-Bench per-category speedup — one PNG + PDF each, for what the runs cover — and the
+    figures of the given figure specs (Figure 4, the lossy trade-off; see figure_specs.py)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -349,6 +369,14 @@ def figures(runs: list[Run], out_dir: Path | str = RESULTS / "figures") -> dict[
             fig.savefig(out / f"{name}.{ext}", bbox_inches="tight", dpi=130)
         plt.close(fig)
         made[name] = out / f"{name}.png"
+
+    for spec in specs:
+        draw = DRAWINGS[spec["figure"]]
+        extra = {"paper": load_paper_bounds(spec)} if spec["figure"] == "lossy_tradeoff" else {}
+        notes = draw(spec, runs, overrides, save, plt, find_run, compose_cell, **extra)
+        if notes:
+            (out / f"{spec['name']}_notes.txt").write_text("\n".join(notes) + "\n")
+            log.info("%s: %s", spec["name"], "; ".join(notes))
 
     task_runs = df[df["kind"] == "task"] if len(df) else df
     for (pair, data, setting), g in task_runs.groupby(["pair", "data", "setting"]) if len(task_runs) else []:
@@ -468,7 +496,12 @@ def main(argv=None):
         print(md)
         print(f"written: {path.with_suffix('')}.{{csv,md,tex}}")
     else:
-        made = figures(runs, args.out or RESULTS / "figures")
+        specs = [
+            load_spec(p, {"pair": args.pair})
+            for p in sorted(Path("sweeps").glob("*.yaml"))
+            if "figure" in (yaml.safe_load(p.read_text()) or {})
+        ]
+        made = figures(runs, args.out or RESULTS / "figures", specs, args.overrides)
         print("\n".join(str(p) for p in made.values()) or "no runs to plot")
 
 

@@ -13,31 +13,63 @@ import sys
 from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig
+import yaml
+from omegaconf import DictConfig, OmegaConf
 
 from .app.config import dataset_configs
+from .app.store import SAMPLES, samples_files
 from .benchmarks.data import DataError
 from .benchmarks.scoring import TaskScorer
 from .registry import unknown_name_message
 from .utils import write_text_atomic
 
 
-def read_responses(path: Path) -> dict[str, str]:
-    """id -> response from a JSONL file (or a run folder's samples.jsonl)."""
+def read_responses(path: Path, data: str | None = None) -> dict[str, str]:
+    """id -> response from a JSONL file, or from a run folder (every shard's samples). Duplicate ids, an empty
+    file, a missing or non-text response, and a run folder of another dataset are errors naming the place."""
+    path = Path(path)
     if path.is_dir():
-        path = path / "samples.jsonl"
-    if not path.is_file():
+        _check_run_data(path, data)
+        files = samples_files(path)
+        if not files:
+            raise DataError(f"run folder {str(path)!r} has no samples file (samples.jsonl)")
+    elif path.is_file():
+        if path.parent.joinpath("config.yaml").is_file() and SAMPLES.fullmatch(path.name):
+            _check_run_data(path.parent, data)
+        files = [path]
+    else:
         raise DataError(f"responses file {str(path)!r} does not exist")
-    out = {}
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            out[str(row["id"])] = row["response"]
-        except (ValueError, KeyError, TypeError) as e:
-            raise DataError(f"{path}:{n}: expected a JSON object with 'id' and 'response' ({e})") from None
+    out, where = {}, {}
+    for file in files:
+        for n, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                key, response = str(row["id"]), row["response"]
+            except (ValueError, KeyError, TypeError) as e:
+                raise DataError(f"{file}:{n}: expected a JSON object with 'id' and 'response' ({e})") from None
+            if not isinstance(response, str):
+                raise DataError(f"{file}:{n}: 'response' of id {key} is {response!r}, not text")
+            if key in out:
+                raise DataError(f"{file}:{n}: id {key} appears twice (first at {where[key]}): keep one response per id")
+            out[key], where[key] = response, f"{file.name}:{n}"
+    if not out:
+        raise DataError(f"no responses in {str(path)!r}: expected JSON lines with 'id' and 'response'")
     return out
+
+
+def _check_run_data(folder: Path, data: str | None) -> None:
+    """A run folder knows its dataset: scoring it as another one is an error, not silent nonsense."""
+    config = folder / "config.yaml"
+    if data is None or not config.is_file():
+        return
+    d = yaml.safe_load(config.read_text()).get("data", {})
+    names = {d.get("name"), d.get("label")}
+    if data not in names:
+        raise DataError(
+            f"{folder} holds a run on {d.get('label') or d.get('name')}, not {data}: use data={d.get('name')}"
+        )
 
 
 def scorer_for(data: str, root: str | None = None) -> TaskScorer:
@@ -71,11 +103,17 @@ def score_responses(data: str, responses: dict[str, str], root: str | None = Non
     return result
 
 
-@hydra.main(version_base="1.3", config_path="../conf/tools", config_name="score")
+@hydra.main(version_base="1.3", config_path="conf/tools", config_name="score")
 def main(cfg: DictConfig) -> None:
     try:
+        for key, what in (
+            ("data", f"the dataset: one of {', '.join(sorted(dataset_configs()))}"),
+            ("responses", "a JSONL file of {id, response} or a run folder"),
+        ):
+            if OmegaConf.is_missing(cfg, key):
+                raise DataError(f"{key}= is required: {what}")
         path = Path(cfg.responses)
-        result = score_responses(cfg.data, read_responses(path), cfg.root)
+        result = score_responses(cfg.data, read_responses(path, cfg.data), cfg.root)
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

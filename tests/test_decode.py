@@ -217,6 +217,36 @@ def test_sps_is_lossless_over_several_rounds(small_pair, ar_law):
     assert g_test_pvalue(samples, ar_law) > P_THRESHOLD
 
 
+def test_stopping_the_draft_at_eos_keeps_sps_lossless(small_pair):
+    """With EOS = token 0 (frequent here) rounds end their draft early; the law of the whole reply (cut at
+    the first EOS) is still the verifier's exact AR law."""
+    eos = 0
+    law = []
+    for seq in itertools.product(range(V_SMALL), repeat=L):  # canonical form: EOS repeated after the first
+        first = seq.index(eos) if eos in seq else L
+        if any(t != eos for t in seq[first:]):
+            law.append(0.0)
+            continue
+        prob = 1.0
+        for i, t in enumerate(seq[: first + 1] if first < L else seq):
+            prob *= float(torch.softmax(fresh_next_logits(small_pair[1], PROMPT + list(seq[:i])).double(), -1)[t])
+        law.append(prob)
+    g = torch.Generator().manual_seed(0)
+    cells, short_drafts = [], 0
+    for _ in range(RUNS):
+        out = speculative_generate(
+            *small_pair, PROMPT, rule="sps", m=M_SMALL, max_new_tokens=L, generator=g, eos_token_id=eos
+        )
+        toks = out.tokens + [eos] * (L - len(out.tokens))
+        cells.append(sum(t * V_SMALL ** (L - 1 - i) for i, t in enumerate(toks)))
+        budget = L
+        for drafted, emitted in zip(out.rounds.drafted, out.rounds.emitted):
+            short_drafts += drafted < min(M_SMALL, budget - 1)
+            budget -= emitted
+    assert short_drafts > RUNS // 20  # drafts really stopped at EOS
+    assert g_test_pvalue(torch.tensor(cells), torch.tensor(law)) > P_THRESHOLD
+
+
 def test_lossless_test_rejects_a_loop_without_rollback(small_pair, ar_law, monkeypatch):
     def forget_to_crop(self, length):  # bookkeeping says rolled back; the KV tensors keep rejected tokens
         self.cached = min(self.cached, length)
@@ -280,7 +310,8 @@ def test_eos_inside_an_accepted_block(pair):
         verifier, verifier, PROMPT, rule="sps", m=8, max_new_tokens=12, temperature=0.0, eos_token_id=[eos, 10_000]
     )
     assert out.tokens == greedy[: cut + 1] and out.stop_reason == "eos"
-    assert out.rounds.drafted[-1] == 8 and out.rounds.emitted[-1] < 8  # cut inside the block
+    # the drafter stopped drafting at its EOS, and the block was cut right after it
+    assert out.rounds.drafted[-1] == out.rounds.emitted[-1] < 8
     ar = autoregressive_generate(verifier, PROMPT, max_new_tokens=12, temperature=0.0, eos_token_id=eos)
     assert ar.tokens == out.tokens and ar.stop_reason == "eos"
 

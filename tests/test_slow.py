@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -39,7 +40,6 @@ def test_readme_one_run_writes_a_complete_run_and_reuses_the_cache(env):
         "delta=0.75",
         "data=gsm8k",
         "limit=3",
-        "max_gen_toks=32",
         "progress=false",
     ]
     run(cmd, env, timeout=1200)  # builds the embedded pair on first use
@@ -47,7 +47,13 @@ def test_readme_one_run_writes_a_complete_run_and_reuses_the_cache(env):
     s = json.loads(summary.read_text())
     assert s["samples"] == 3 and "score" in s and s["accepted_length"] is not None
     assert json.loads((summary.parent / "manifest.json").read_text())["status"] == "complete"
+    for folder in results.glob("runs/gsm8k/tiny/cactus-delta0.75_m10_*"):
+        import shutil
+
+        shutil.rmtree(folder)  # decode again, with the pair built: README's "under 3 minutes"
+    start = time.perf_counter()
     again = run(cmd, env)
+    assert time.perf_counter() - start < 180
     assert "training the verifier" not in again.stdout + again.stderr  # the cached pair is reused
 
 
@@ -63,7 +69,7 @@ def test_embedded_pair_meets_its_quality_bar(env):
 def test_reproduce_table2_on_the_tiny_pair(env):
     env, results = env
     out = run(["make", "reproduce-table2", "PAIR=tiny", "LIMIT=2", "MAX_GEN_TOKS=16", "ARGS=progress=false"], env)
-    assert "Table 2" in out.stdout and "(1.81×)" in out.stdout and "mt_bench" in out.stdout
+    assert "Table 2" in out.stdout and "(1.81×†)" in out.stdout and "mt_bench" in out.stdout
     assert (results / "tables" / "table2.md").exists()
 
 
@@ -74,3 +80,65 @@ def test_demo_sweep_prints_the_method_table(env):
         assert label in out.stdout
     fig = run([sys.executable, "-m", "cactus_bench.report", "figures", "--out", str(results / "figures")], env)
     assert "fig1_tradeoff_arith_tiny" in fig.stdout
+
+
+def test_a_wheel_install_finds_its_configs(tmp_path):
+    """`pip install .` (not editable) ships conf/ inside the package: a run composes from anywhere."""
+    target = tmp_path / "site"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(ROOT),
+        ],
+        check=True,
+        timeout=600,
+    )
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    code = (
+        "import cactus_bench, sys; assert cactus_bench.__file__.startswith(sys.argv[1]), cactus_bench.__file__\n"
+        "from cactus_bench.app.config import dataset_configs; assert 'gpqa_diamond' in dataset_configs()"
+    )
+    subprocess.run([sys.executable, "-c", code, str(target)], check=True, cwd=tmp_path, env=env)
+    out = subprocess.run(
+        [sys.executable, "-m", "cactus_bench", "delta=-1"], capture_output=True, text=True, cwd=tmp_path, env=env
+    )
+    assert out.returncode == 2 and "delta=-1.0 is not valid" in out.stderr  # composed from the wheel's conf/
+
+
+def test_the_local_launcher_runs_two_shards_at_once(env):
+    """`hydra/launcher=local_gpus` with two slots: every demo cell x 2 shards as one multirun, two processes
+    at a time, every run merged and complete."""
+    env, results = env
+    env = {**env, "CACTUS_BENCH_GPUS": "2"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "cactus_bench.sweep",
+        "sweeps/demo.yaml",
+        "limit=4",
+        "max_gen_toks=8",
+        "seed=7",
+        "shards=2",
+        "hydra/launcher=local_gpus",
+        "progress=false",
+    ]
+    out = run(cmd, env, timeout=1200)
+    assert "Demo" in out.stdout and "no run for" not in out.stdout
+    folders = [p for p in results.glob("runs/arith/tiny/*_s7_*")]
+    assert len(folders) == 5 and all((p / "summary.json").exists() for p in folders)
+    spans = [
+        (h["t_start"], h["t_end"], h["pid"])
+        for p in folders
+        for m in p.glob("manifest.shard-*-of-2.json")
+        for h in json.loads(m.read_text())["history"]
+    ]
+    assert len(spans) == 10
+    assert any(a[2] != b[2] and a[0] < b[1] and b[0] < a[1] for a in spans for b in spans)  # two at once

@@ -13,10 +13,10 @@ from ..benchmarks.base import Benchmark, make_benchmark
 from ..benchmarks.lm import CactusLM
 from ..embedded import ensure_pair
 from ..methods import Method
-from ..models import Pair, load_pair
+from ..models import Pair, check_available, load_pair
 from .config import run_key, validate
-from .store import RunStore
-from .tracking import make_tracker
+from .store import RunStore, StoreError, duplicated_items
+from .tracking import NullTracker, make_tracker
 
 log = logging.getLogger("cactus_bench")
 EMBEDDED = "embedded:tiny/"
@@ -30,24 +30,28 @@ def resolve_model(name: str) -> str:
     return name
 
 
+class ModelLoadError(RuntimeError):
+    """The pair could not be loaded; the message names the key to change."""
+
+
 def get_pair(cfg: DictConfig) -> Pair:
     p = cfg.pair
     key = (p.drafter, p.verifier, p.dtype, p.device, str(p.verifier_device_map), p.revision)
     if key not in _PAIRS:
+        drafter, verifier = resolve_model(p.drafter), resolve_model(p.verifier)
+        check_available({"drafter": drafter, "verifier": verifier}, p.revision)
         _PAIRS.clear()  # one pair in memory at a time
         device_map = (
             OmegaConf.to_container(p.verifier_device_map)
             if isinstance(p.verifier_device_map, DictConfig)
             else p.verifier_device_map
         )
-        _PAIRS[key] = load_pair(
-            resolve_model(p.drafter),
-            resolve_model(p.verifier),
-            dtype=p.dtype,
-            device=p.device,
-            verifier_device_map=device_map,
-            revision=p.revision,
-        )
+        try:
+            _PAIRS[key] = load_pair(
+                drafter, verifier, dtype=p.dtype, device=p.device, verifier_device_map=device_map, revision=p.revision
+            )
+        except (OSError, ValueError, RuntimeError) as e:  # missing files, tokenizer mismatch, too big to fit
+            raise ModelLoadError(f"loading the pair (pair={p.name}: {p.drafter} + {p.verifier}) failed: {e}") from e
     return _PAIRS[key]
 
 
@@ -66,17 +70,20 @@ def run(cfg: DictConfig) -> dict:
         add_bos_token=cfg.pair.add_bos_token,
     )
     bench.prepare(lm, f"{cfg.pair.name}-{method.tag}")
-    store = RunStore.open(cfg)
-    done = {s["index"]: s for s in store.samples()}
-    tracker = make_tracker(cfg, store.folder)
+    store = RunStore.open(cfg)  # takes the run's (or shard's) lock: one writer per file
+    tracker = NullTracker()
     try:
+        tracker = make_tracker(cfg, store.folder)
+        done = {s["index"]: s for s in store.samples()}
         items = bench.items(cfg.limit)
-        todo = [item for item in items if bench.key(item) not in done]
+        mine = shard_items(items, store.shard)
+        todo = [item for item in mine if bench.key(item) not in done]
         log.info(
-            "run %s: %d items, %d already done, %d to go -> %s",
+            "run %s%s: %d items, %d already done, %d to go -> %s",
             run_key(cfg),
-            len(items),
-            len(items) - len(todo),
+            f" shard {store.shard[0]}/{store.shard[1]}" if store.shard else "",
+            len(mine),
+            len(mine) - len(todo),
             len(todo),
             store.folder,
         )
@@ -89,13 +96,8 @@ def run(cfg: DictConfig) -> dict:
             tracker.log_sample(len(finished), record)
             live = metrics.decode_metrics(finished)
             bar.set_postfix(AL=f"{live['accepted_length'] or 0:.2f}", tok_s=f"{live['tokens_per_s'] or 0:.1f}")
-        wanted = {bench.key(item) for item in items}
-        samples = [s for s in finished if s["index"] in wanted]
-        summary = summarise(cfg, method, samples, bench)
-        store.write_summary(summary)
-        for name, text in bench.artifacts(samples).items():
-            store.write_artifact(name, text)
-        store.finish("complete")
+        summary = merge(cfg, method, bench, store, [bench.key(item) for item in items])
+        store.finish("complete" if summary["complete"] else "incomplete")
         if cfg.tracking.backend != "none":
             tracker.log_figures(accepted_length_figure(finished, store.folder))
         tracker.finish(summary, finished)
@@ -104,6 +106,40 @@ def run(cfg: DictConfig) -> dict:
         store.finish("interrupted")
         tracker.finish(None, [])
         raise
+
+
+def shard_items(items: list, shard: tuple[int, int] | None) -> list:
+    """Shard i of n decodes items i, i + n, i + 2n, ... (round-robin: long and short items spread evenly)."""
+    return items if shard is None else items[shard[0] :: shard[1]]
+
+
+def merge(cfg: DictConfig, method: Method, bench: Benchmark, store: RunStore, wanted: list) -> dict:
+    """The run's summary over every shard's samples. Written (with the benchmark's files) only when every
+    wanted item is present exactly once; otherwise the missing shards are named and the run stays
+    incomplete. A duplicated item (two writers of one shard) is refused."""
+    dup = duplicated_items(store.folder)
+    if dup:
+        item, files = next(iter(dup.items()))
+        raise StoreError(
+            f"{store.folder}: item {item} is stored more than once ({', '.join(files)}; {len(dup)} such items): "
+            "two processes wrote it. Keep one line per item (delete the later copies) and run again to summarise."
+        )
+    have = {s["index"]: s for s in store.samples()}
+    samples = [have[k] for k in wanted if k in have]
+    summary = summarise(cfg, method, samples, bench)
+    missing = [pos for pos, k in enumerate(wanted) if k not in have]
+    summary["complete"] = not missing
+    if missing:
+        n = store.shard[1] if store.shard else 1
+        shards = sorted({pos % n for pos in missing})
+        names = ", ".join(f"shard={i}/{n}" for i in shards) if store.shard else "this run"
+        log.warning("run %s is incomplete: %d of %d items missing (%s)", store.folder, len(missing), len(wanted), names)
+        summary["missing_shards"] = [f"{i}/{n}" for i in shards] if store.shard else []
+        return summary
+    store.write_summary(summary)
+    for name, text in bench.artifacts(samples).items():
+        store.write_artifact(name, text)
+    return summary
 
 
 def summarise(cfg: DictConfig, method: Method, samples: list[dict], bench: Benchmark) -> dict:

@@ -43,10 +43,11 @@ class TaskBenchmark:
             return {}
         scores = self.scorer.aggregate([s["scores"] for s in samples])
         key = self.scorer.primary_metric
+        stderr = scores.get(key.replace(",", "_stderr,", 1))  # None for a single sample
         return {
             "scores": scores,
             "score": 100 * scores[key],
-            "score_stderr": 100 * scores[key.replace(",", "_stderr,", 1)],
+            "score_stderr": None if stderr is None else 100 * stderr,
             "score_metric": key,
         }
 

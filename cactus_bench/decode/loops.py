@@ -89,9 +89,19 @@ class Draft:
 
 
 def draft(
-    dm: CachedModel, committed: list[int], k: int, warp: Warper, vocab: int, generator, raw: bool, device: torch.device
+    dm: CachedModel,
+    committed: list[int],
+    k: int,
+    warp: Warper,
+    vocab: int,
+    generator,
+    raw: bool,
+    device: torch.device,
+    eos: set[int] = frozenset(),
 ) -> Draft:
-    """p_1..p_k and d_1..d_k from the drafter, fed the committed tokens its cache lacks first."""
+    """p_1..p_k and d_1..d_k from the drafter, fed the committed tokens its cache lacks first. Drafting stops
+    after an EOS draft: nothing after it can be emitted, and a shorter draft leaves every position's law
+    as it was (one host read per draft token, the price of not drafting past the end)."""
     p_rows, p_raw_rows, drafts = [], [], []
     x = torch.tensor([committed[dm.cached :]], device=dm.device)
     for _ in range(k):
@@ -103,6 +113,8 @@ def draft(
             p_raw_rows.append(torch.softmax(logits.float(), -1))
         drafts.append(tok)
         x = tok.view(1, 1)
+        if eos and int(tok) in eos:
+            break
     if not k:  # one token of budget left: the verifier samples it alone
         none = torch.empty((1, 0), dtype=torch.int64, device=device)
         return Draft(torch.empty((1, 0, vocab), device=device), None, none)
@@ -199,7 +211,8 @@ def speculative_generate(
         while len(generated) < budget:
             clock = _Clock(device, opts.sync_timing)
             k = min(m, budget - len(generated) - 1)  # the round's sampled token needs one slot
-            d = draft(dm, committed, k, warp, vocab, opts.generator, rule.needs_raw, device)
+            d = draft(dm, committed, k, warp, vocab, opts.generator, rule.needs_raw, device, eos)
+            k = d.tokens.shape[1]  # fewer when the drafter ended its draft with EOS
             t_draft = clock.lap()
             q, v_logits = verify(vm, committed, d, warp, vocab)
             t_verify = clock.lap()

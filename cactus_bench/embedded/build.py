@@ -103,10 +103,14 @@ def cache_problem(folder: Path) -> str | None:
 
 
 @contextmanager
-def _locked(lock_path: Path):
+def _locked(lock_path: Path, log: Callable[[str], None] = print):
     lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    with open(lock_path, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"waiting for another process that is building the embedded pair ({lock_path})")
+            fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
         finally:
@@ -118,7 +122,7 @@ def ensure_pair(
 ) -> Path:
     """The cached pair's folder, building it first if it is missing, partial or corrupt."""
     folder = pair_dir(Path(cache_dir) if cache_dir else None, spec)
-    with _locked(folder.with_name(folder.name + ".lock")):
+    with _locked(folder.with_name(folder.name + ".lock"), log):
         problem = "rebuild requested" if rebuild else cache_problem(folder)
         if problem is None:
             return folder

@@ -1,0 +1,363 @@
+"""Results that are never wrong or lost, and a CLI that fails in one readable paragraph (issue: trustworthy
+results and a calm CLI)."""
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from cactus_bench.app import run as run_mod
+from cactus_bench.app.config import CONF_DIR, ConfigError, validate
+from cactus_bench.app.lock import LockHeld, RunLock
+from cactus_bench.app.store import RunStore, StoreError, read_samples, run_dir
+from cactus_bench.report import load_spec, render_table
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cfg_of(*overrides, results=None, pair_dir=None):
+    extra = []
+    if pair_dir is not None:
+        extra = [f"pair.drafter={pair_dir / 'drafter'}", f"pair.verifier={pair_dir / 'verifier'}"]
+    if results is not None:
+        extra.append(f"results_dir={results}")
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose("config", overrides=[*overrides, *extra])
+
+
+TINY = ("pair=tiny", "data=arith", "method=sps", "m=2", "max_gen_toks=8", "progress=false")
+
+
+def cli(*args, env=None, cwd=ROOT, timeout=120):
+    base = {k: v for k, v in os.environ.items() if k not in ("CACTUS_BENCH_DEBUG",)}
+    return subprocess.run(
+        [sys.executable, "-m", "cactus_bench", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**base, **(env or {})},
+        timeout=timeout,
+    )
+
+
+def one_paragraph(out: subprocess.CompletedProcess) -> str:
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr, out.stderr[-2000:]
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, out.stderr
+    return " ".join(out.stderr.split())
+
+
+# --- results are never wrong or lost --------------------------------------------------------------------
+
+
+def test_a_single_item_run_summarises(small_pair_dir, tmp_path):
+    summary = run_mod.run(cfg_of(*TINY, "limit=1", results=tmp_path, pair_dir=small_pair_dir))
+    assert summary["samples"] == 1 and summary["score"] is not None and summary["score_stderr"] is None
+    folder = run_dir(cfg_of(*TINY, "limit=1", results=tmp_path, pair_dir=small_pair_dir))
+    assert json.loads((folder / "manifest.json").read_text())["status"] == "complete"
+
+
+def test_a_second_writer_is_refused_naming_the_holder(tmp_path):
+    first = RunLock(tmp_path / ".lock").acquire()
+    with pytest.raises(LockHeld, match=f"pid {os.getpid()} on {socket.gethostname()}"):
+        RunLock(tmp_path / ".lock").acquire()
+    first.release()
+    RunLock(tmp_path / ".lock").acquire().release()  # free again
+
+
+def test_a_stale_lock_from_a_dead_process_is_taken_over(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp_path / ".lock").write_text(json.dumps({"host": socket.gethostname(), "pid": dead.pid, "since": "then"}))
+    lock = RunLock(tmp_path / ".lock").acquire()
+    assert json.loads((tmp_path / ".lock").read_text())["pid"] == os.getpid()
+    lock.release()
+    (tmp_path / ".lock").write_text(json.dumps({"host": "another-node", "pid": dead.pid}))
+    with pytest.raises(LockHeld, match="another-node"):  # another host's lock: never taken over from here
+        RunLock(tmp_path / ".lock").acquire()
+
+
+def test_two_runs_of_one_config_at_once_never_duplicate(small_pair_dir, tmp_path):
+    cfg = cfg_of(*TINY, "limit=3", results=tmp_path, pair_dir=small_pair_dir)
+    holder = RunStore.open(cfg)  # another process is writing this run
+    with pytest.raises(LockHeld, match="one writer per run"):
+        run_mod.run(cfg)
+    holder.finish("interrupted")
+    run_mod.run(cfg)
+    assert [s["index"] for s in read_samples(run_dir(cfg))] == [0, 1, 2]
+
+
+def test_readers_count_each_item_once(tmp_path):
+    line = json.dumps({"index": 0, "id": 0, "stats": {}}) + "\n"
+    (tmp_path / "samples.jsonl").write_text(line + line + json.dumps({"index": 1, "id": 1, "stats": {}}) + "\n")
+    assert [s["index"] for s in read_samples(tmp_path)] == [0, 1]
+
+
+def test_a_corrupt_line_names_the_file_and_line_and_the_run_recovers(small_pair_dir, tmp_path):
+    cfg = cfg_of(*TINY, "limit=3", results=tmp_path, pair_dir=small_pair_dir)
+    run_mod.run(cfg)
+    path = run_dir(cfg) / "samples.jsonl"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0], "{not json", *lines[1:]]) + "\n")
+    with pytest.raises(StoreError, match=r"samples.jsonl, line 2.*sed -i '2d'"):
+        run_mod.run(cfg)
+    subprocess.run(["sed", "-i", "2d", str(path)], check=True)
+    assert run_mod.run(cfg)["samples"] == 3
+
+
+def test_result_files_follow_the_umask(small_pair_dir, tmp_path):
+    old = os.umask(0o022)
+    try:
+        cfg = cfg_of(*TINY, "limit=1", results=tmp_path, pair_dir=small_pair_dir)
+        run_mod.run(cfg)
+    finally:
+        os.umask(old)
+    for name in ("config.yaml", "manifest.json", "summary.json", "samples.jsonl"):
+        assert stat.S_IMODE((run_dir(cfg) / name).stat().st_mode) == 0o644, name
+
+
+def test_an_empty_table_never_replaces_a_file(tmp_path):
+    (tmp_path / "table1.md").write_text("committed table")
+    md, _ = render_table(load_spec(ROOT / "sweeps" / "table1.yaml"), [], tmp_path)
+    assert "table1" in md.lower() and (tmp_path / "table1.md").read_text() == "committed table"
+    assert not (tmp_path / "table1.csv").exists()
+
+
+def test_chaos_every_item_once(small_pair_dir, tmp_path):
+    """Two writers, a kill mid-append, a corrupt line and a stale lock: the run ends with every item once."""
+    cfg = cfg_of(*TINY, "limit=4", results=tmp_path, pair_dir=small_pair_dir)
+    from cactus_bench.benchmarks.task import TaskBenchmark
+
+    real = TaskBenchmark.run
+    calls = []
+
+    def killed_after_two(self, lm, item):
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        calls.append(item.index)
+        return real(self, lm, item)
+
+    TaskBenchmark.run = killed_after_two
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_mod.run(cfg)
+    finally:
+        TaskBenchmark.run = real
+    folder = run_dir(cfg)
+    with open(folder / "samples.jsonl", "a") as f:
+        f.write('{"index": 2, "id": 2, "resp')  # the kill cut a line short
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (folder / ".lock").write_text(json.dumps({"host": socket.gethostname(), "pid": dead.pid}))  # stale
+    second = RunStore.open(cfg)  # takes the stale lock over; a concurrent writer is now refused
+    with pytest.raises(LockHeld):
+        run_mod.run(cfg)
+    second.samples()  # a writer first cuts the half-written line
+    second.append(json.loads((folder / "samples.jsonl").read_text().splitlines()[0]))  # a duplicate line
+    second.finish("interrupted")
+    with pytest.raises(StoreError, match="stored more than once"):
+        run_mod.run(cfg)  # a duplicated item is refused at merge, by name
+    seen, kept = set(), []
+    for line in (folder / "samples.jsonl").read_text().splitlines():  # what the message says to do
+        index = json.loads(line)["index"]
+        if index not in seen:
+            seen.add(index)
+            kept.append(line)
+    (folder / "samples.jsonl").write_text("\n".join(kept) + "\n")
+    summary = run_mod.run(cfg)
+    indices = [s["index"] for s in read_samples(folder)]
+    assert sorted(indices) == [0, 1, 2, 3] and len(indices) == 4 and summary["samples"] == 4
+
+
+# --- values that must not slip through ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides,match",
+    [
+        (["delta=inf"], "delta=inf is not valid: a finite number"),
+        (["sampling.temperature=nan"], "sampling.temperature=nan is not valid"),
+        (["m=1000", "max_gen_toks=48"], r"m=1000 is not valid.*max_gen_toks=48"),
+        (["+temperature=-1"], "temperature is not a setting of a run. It lives at sampling.temperature"),
+        (["+detla=0.5"], "Did you mean delta"),
+        (["shard=2/2"], "shard='2/2' is not valid"),
+        (["pair.dtype=foo"], "pair.dtype='foo' is not valid"),
+        (["pair.device=gpu0"], "pair.device='gpu0' is not valid"),
+    ],
+)
+def test_bad_values_are_refused_before_anything_loads(overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        validate(cfg_of(*overrides))
+
+
+def test_a_gpu_device_without_a_gpu_is_refused():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(ConfigError, match="no CUDA GPU"):
+        validate(cfg_of("pair.device=cuda"))
+
+
+def test_wandb_without_a_login_is_refused_and_offline_is_fine(monkeypatch, tmp_path):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    with pytest.raises(ConfigError, match="wandb login"):
+        validate(cfg_of("tracking=wandb"))
+    validate(cfg_of("tracking=wandb", "tracking.mode=offline"))
+
+
+def test_unused_settings_are_ignored_with_one_line(caplog):
+    with caplog.at_level("INFO", logger="cactus_bench"):
+        validate(cfg_of("method=sps", "delta=0.75"))
+        validate(cfg_of("method=ar", "m=0"))  # m means nothing to the verifier alone: accepted, noted
+    notes = [r.getMessage() for r in caplog.records]
+    assert "note: delta=0.75 is not used by method=sps (ignored)" in notes
+    assert "note: m=0 is not used by method=ar (ignored)" in notes
+
+
+def test_the_embedded_pair_has_a_short_default_budget():
+    assert cfg_of("pair=tiny").max_gen_toks == 128 and cfg_of().max_gen_toks == 4096
+    assert cfg_of("pair=tiny", "max_gen_toks=32").max_gen_toks == 32
+
+
+def test_a_waiting_builder_says_so(tmp_path):
+    import fcntl
+
+    from cactus_bench.embedded.build import _locked
+
+    lock = tmp_path / "pair.lock"
+    held = open(lock, "a")
+    fcntl.flock(held, fcntl.LOCK_EX)
+    threading.Timer(0.5, lambda: (fcntl.flock(held, fcntl.LOCK_UN), held.close())).start()
+    said = []
+    with _locked(lock, said.append):
+        pass
+    assert said and "waiting for another process" in said[0]
+
+
+# --- the command line -----------------------------------------------------------------------------------
+
+
+def test_help_is_fast_and_lists_the_settings():
+    start = time.perf_counter()
+    out = cli("--help")
+    assert out.returncode == 0 and time.perf_counter() - start < 5
+    for word in ("pair", "method", "data", "sampling", "delta=", "m=", "shard=", "Examples"):
+        assert word in out.stdout
+
+
+def test_validation_errors_come_before_the_heavy_imports(tmp_path):
+    code = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print('HEAVY', sorted(m for m in ('lm_eval', 'transformers', 'datasets') "
+        "if m in sys.modules), file=sys.stderr))\n"
+        "sys.argv = ['cactus_bench', 'delta=-1']\n"
+        "import runpy\n"
+        "runpy.run_module('cactus_bench', run_name='__main__', alter_sys=True)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 2 and "delta=-1.0 is not valid" in out.stderr
+    assert "HEAVY []" in out.stderr
+    assert not (tmp_path / "outputs").exists() and not list(tmp_path.glob("*.log"))  # nothing left behind
+
+
+def test_load_failures_are_one_paragraph_naming_the_key(tmp_path):
+    env = {"HF_HUB_OFFLINE": "1", "CACTUS_BENCH_RESULTS": str(tmp_path)}
+    text = one_paragraph(cli("pair.drafter=/nonexistent/drafter", "pair.verifier=nobody/missing-model", env=env))
+    assert "pair.drafter=/nonexistent/drafter is not a folder" in text
+    assert "pair.verifier=nobody/missing-model is not in the local hub cache" in text  # both, before either loads
+    debug = cli("--debug", "pair.drafter=/nonexistent/drafter", env=env)
+    assert debug.returncode == 2 and "Traceback" in debug.stderr
+
+
+def test_unknown_top_level_keys_fail_on_the_command_line(tmp_path):
+    text = one_paragraph(cli("+detla=0.5", env={"CACTUS_BENCH_RESULTS": str(tmp_path)}))
+    assert "detla is not a setting of a run" in text
+
+
+# --- re-scoring --------------------------------------------------------------------------------------------
+
+
+def score_cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "cactus_bench.score", *args], capture_output=True, text=True, cwd=cwd)
+
+
+@pytest.mark.parametrize(
+    "content,match",
+    [
+        ('{"id": 1, "response": "a"}\n{"id": 1, "response": "b"}\n', "id 1 appears twice"),
+        ("", "no responses in"),
+        ('{"id": 1, "response": null}\n', "not text"),
+    ],
+)
+def test_bad_response_files_are_one_line_errors(tmp_path, content, match):
+    path = tmp_path / "responses.jsonl"
+    path.write_text(content)
+    out = score_cli("data=gsm8k", f"responses={path}", cwd=tmp_path)
+    assert out.returncode == 2 and match in out.stderr and "Traceback" not in out.stderr
+
+
+def test_score_needs_data_and_checks_a_run_folders_dataset(tmp_path, small_pair_dir):
+    out = score_cli(f"responses={tmp_path}", cwd=tmp_path)
+    assert out.returncode == 2 and "data= is required" in out.stderr and "Traceback" not in out.stderr
+    cfg = cfg_of(*TINY, "limit=1", results=tmp_path / "runs", pair_dir=small_pair_dir)
+    run_mod.run(cfg)
+    out = score_cli("data=ifeval", f"responses={run_dir(cfg)}", cwd=tmp_path)
+    assert out.returncode == 2 and "holds a run on arith, not ifeval" in out.stderr
+
+
+# --- W&B as a dashboard ------------------------------------------------------------------------------------
+
+
+def test_wandb_resumes_one_run_and_logs_what_dashboards_need(small_pair_dir, tmp_path, monkeypatch):
+    """Read back from the offline run files: one W&B id across a resume, method/delta/m as config keys,
+    per-sample series, the headline score and Rej/speedup against the store's reference runs."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb_dir"))
+    base = ("pair=tiny", "data=arith", "m=2", "max_gen_toks=8", "progress=false", "tracking=wandb")
+    for method in ("method=ar", "method=sps"):  # the reference runs, untracked
+        run_mod.run(cfg_of(*base[:-1], method, "limit=2", results=tmp_path, pair_dir=small_pair_dir))
+    args = (*base, "method=cactus", "delta=0.75")
+    run_mod.run(cfg_of(*args, "limit=1", results=tmp_path, pair_dir=small_pair_dir))
+    cfg = cfg_of(*args, "limit=2", results=tmp_path, pair_dir=small_pair_dir)
+    run_mod.run(cfg)  # resumes
+    offline = sorted(run_dir(cfg).glob("wandb/offline-run-*"))
+    assert len(offline) == 2 and len({p.name.rsplit("-", 1)[-1] for p in offline}) == 1  # one W&B id
+    debug_log = (offline[-1] / "logs" / "debug.log").read_text()  # W&B's own record of the run's config
+    assert "'method': 'cactus', 'delta': 0.75, 'm': 2, 'pair': 'tiny', 'data': 'arith'" in debug_log
+    records = next(offline[-1].glob("*.wandb")).read_bytes()
+    for key in (
+        b"sample/accepted_length",
+        b"sample/score",
+        b"sample/stopped_on_length",
+        b"accepted_length_histogram",
+        b"speedup",
+        b"rej",
+    ):
+        assert key in records, key
+
+
+def test_the_dashboard_description_reads_only_what_runs_log():
+    """Every panel key of dashboards/wandb.yaml is a config key, a tracked summary metric or a per-sample
+    series the tracker logs: a renamed metric breaks this test, not the dashboard."""
+    from cactus_bench.app.tracking import SAMPLE_KEYS, summary_keys, wandb_config
+    from cactus_bench.dashboard import keys, load
+    from cactus_bench.metrics import METRICS
+
+    config_keys = set(wandb_config(cfg_of("pair=tiny")))
+    summary = set(summary_keys()) | {m.name for m in METRICS.values() if m.relative is not None}
+    history = {f"sample/{k}" for k in (*SAMPLE_KEYS, "score", "stopped_on_length", "new_tokens", "wall_time")}
+    for key in keys(load()):
+        kind, _, name = key.partition(":")
+        assert name in {"config": config_keys, "summary": summary, "history": history}[kind], key
