@@ -89,9 +89,12 @@ def cross_architecture(spec, runs, overrides, save, plt, find_run, compose_cell)
     notes = []
     for data in spec["data"]:
         families = spec_pairs(spec)
+        panels = [_points(spec, runs, data, pair, overrides, find_run, compose_cell) for _, pair in families]
+        if not any(p["run"] is not None for points in panels for p in points):
+            notes.append(f"{data}: no stored runs of this figure: nothing drawn")
+            continue
         fig, axes = plt.subplots(1, len(families), figsize=(4.2 * len(families), 3.6), squeeze=False)
-        for ax, (family, pair) in zip(axes[0], families):
-            points = _points(spec, runs, data, pair, overrides, find_run, compose_cell)
+        for ax, (family, pair), points in zip(axes[0], families, panels):
             for p in points:
                 if p["run"] is None:
                     notes.append(f"{data}, {family}: no run for {p['row']['label']} (gap)")
@@ -110,7 +113,7 @@ def cross_architecture(spec, runs, overrides, save, plt, find_run, compose_cell)
             title = family if pair == family else f"{family} (run as {pair})"
             ax.set(xlabel="accepted length AL", ylabel="score", title=title)
             ax.legend(fontsize=7)
-        fig.suptitle(f"{spec.get('title', spec['name'])} — {data}", fontsize=9)
+        fig.suptitle(f"{spec.get('title', spec['name'])} — {data}, m = {spec['m']}", fontsize=9)
         save(fig, f"{spec['name']}_{data}")
     return notes
 
@@ -121,6 +124,9 @@ def lossy_tradeoff(spec, runs, overrides, save, plt, find_run, compose_cell, pap
     notes = [f"x axis: {X_AXES[x]}"]
     for data in spec["data"]:
         points = _points(spec, runs, data, spec["pair"], overrides, find_run, compose_cell)
+        if all(p["run"] is None for p in points):
+            notes.append(f"{data}: no stored runs of this figure: nothing drawn")
+            continue
         fig, ax = plt.subplots(figsize=(5.6, 4))
         _verifier_band(ax, [p for p in points if p["row"]["method"] == BASELINE])
         curves: dict[str, list] = {}
@@ -142,7 +148,7 @@ def lossy_tradeoff(spec, runs, overrides, save, plt, find_run, compose_cell, pap
                         ax.annotate(f"{p['row'][param]:g}", (xv, yv), fontsize=6, color=line[0].get_color())
         if paper is not None:
             _paper_bounds(ax, paper[(paper["pair"] == spec.get("paper_pair", spec["pair"])) & (paper["data"] == data)])
-        ax.set(xlabel=X_AXES[x], ylabel="score", title=f"{spec.get('title', spec['name'])} — {data}")
+        ax.set(xlabel=X_AXES[x], ylabel="score", title=f"{spec.get('title', spec['name'])} — {data}, m = {spec['m']}")
         ax.legend(fontsize=7)
         save(fig, f"{spec['name']}_{data}")
     return notes

@@ -133,8 +133,10 @@ def main(argv: list[str] | None = None) -> str:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or "=" in argv[0] or argv[0] in ("-h", "--help"):
         raise SystemExit(__doc__)
-    options = dict(a.split("=", 1) for a in argv[1:] if a.split("=", 1)[0] in ("shards", "gpu", "pair", "limit"))
-    overrides = [a for a in argv[1:] if a.split("=", 1)[0] not in ("shards", "gpu", "pair", "limit")]
+    keys = ("shards", "gpu", "pair", "limit")
+    pairs = [a.split("=", 1) for a in argv[1:]]
+    options = {k.lower(): v for k, v in pairs if k.lower() in keys}  # SHARDS=8 as in the Makefile works too
+    overrides = [f"{k}={v}" for k, v in pairs if k.lower() not in keys]
     gpu = options.get("gpu", "h100").lower()
     if gpu not in BANDWIDTH:
         raise SystemExit(f"error: gpu={gpu} is not known: choose one of {', '.join(BANDWIDTH)}")

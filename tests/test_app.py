@@ -17,18 +17,10 @@ from cactus_bench.app.store import RunStore, run_dir
 from cactus_bench.benchmarks.task import TaskBenchmark
 from cactus_bench.report import figures, load_runs, load_spec, render_table
 
+from .helpers.configs import cfg_of, pair_overrides
+
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
-
-
-def cfg_of(*overrides, results=None, pair_dir=None):
-    extra = []
-    if pair_dir is not None:
-        extra = [f"pair.drafter={pair_dir / 'drafter'}", f"pair.verifier={pair_dir / 'verifier'}"]
-    if results is not None:
-        extra.append(f"results_dir={results}")
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=[*overrides, *extra])
 
 
 GROUPS = {
@@ -256,10 +248,6 @@ def fixture_store(small_pair_dir, tmp_path_factory):
         ] + ([f"delta={row['delta']}"] if "delta" in row else [])
         run_mod.run(cfg_of(*overrides, results=results, pair_dir=small_pair_dir))
     return results
-
-
-def pair_overrides(pair_dir):
-    return [f"pair.drafter={pair_dir / 'drafter'}", f"pair.verifier={pair_dir / 'verifier'}"]
 
 
 def test_table_from_a_fixture_store(fixture_store, small_pair_dir, tmp_path):

@@ -12,25 +12,16 @@ import time
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from cactus_bench.app import run as run_mod
-from cactus_bench.app.config import CONF_DIR, ConfigError, validate
+from cactus_bench.app.config import ConfigError, validate
 from cactus_bench.app.lock import LockHeld, RunLock
 from cactus_bench.app.store import RunStore, StoreError, read_samples, run_dir
 from cactus_bench.report import load_spec, render_table
 
+from .helpers.configs import cfg_of
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def cfg_of(*overrides, results=None, pair_dir=None):
-    extra = []
-    if pair_dir is not None:
-        extra = [f"pair.drafter={pair_dir / 'drafter'}", f"pair.verifier={pair_dir / 'verifier'}"]
-    if results is not None:
-        extra.append(f"results_dir={results}")
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose("config", overrides=[*overrides, *extra])
 
 
 TINY = ("pair=tiny", "data=arith", "method=sps", "m=2", "max_gen_toks=8", "progress=false")

@@ -1,0 +1,286 @@
+"""The run configuration: a structured schema (types checked by Hydra at composition) and a semantic
+validation that runs before anything expensive, naming the bad key and its allowed values."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import logging
+import math
+import os
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from ..benchmarks.base import KINDS
+from ..methods import Method, method_names
+
+
+@dataclass
+class PairConfig:
+    name: str = MISSING
+    drafter: str = MISSING
+    verifier: str = MISSING
+    max_gen_toks: int = 4096  # the pair's default token budget (the top-level max_gen_toks reads it)
+    dtype: str = "auto"
+    device: str = "auto"
+    verifier_device_map: Any = None
+    revision: str | None = None
+    add_bos_token: bool = False  # prepend BOS to every prompt (lm-eval does for Gemma)
+
+
+@dataclass
+class MethodConfig:
+    name: str = MISSING
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DataConfig:
+    """A dataset's facts live in conf/data/<name>.yaml: adding a dataset is a loader, a task YAML and that."""
+
+    name: str = MISSING
+    kind: str = "task"  # a registered benchmark kind: task (lm-eval scored) | specbench
+    task: str | None = None  # the lm-eval task (benchmarks/tasks/<task>.yaml)
+    primary_metric: str | None = None  # the headline score, "metric,filter"
+    label: str = "${.name}"  # names the data in run folders and tables (e.g. gpqa_diamond)
+    root: str | None = None
+    subset: str | None = None
+    subsets: list[str] | None = None  # the valid subsets, where there are any
+    warmup: int = 3
+
+
+@dataclass
+class SamplingConfig:
+    temperature: float = 0.6
+    top_k: int = 20
+    top_p: float = 0.95
+
+
+@dataclass
+class TrackingConfig:
+    backend: str = "none"
+    project: str = "cactus-bench"
+    entity: str | None = None
+    mode: str | None = None
+    group: str | None = None
+
+
+@dataclass
+class EngineConfig:
+    compile: bool = False
+    static_cache: bool = False
+
+
+@dataclass
+class RunConfig:
+    pair: PairConfig = field(default_factory=PairConfig)
+    method: MethodConfig = field(default_factory=MethodConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    delta: float = 1.0
+    m: int = 10
+    seed: int = 0
+    limit: int | None = None
+    max_gen_toks: int = 4096
+    shard: str | None = None  # "i/n": decode only this share of the items (see app/store.py)
+    experiment_name: str = "default"
+    results_dir: str = "results/runs"
+    progress: bool = True
+
+
+ConfigStore.instance().store(name="schema", node=RunConfig)
+
+TRACKERS = ("none", "wandb")
+
+
+class ConfigError(ValueError):
+    pass
+
+
+log = logging.getLogger("cactus_bench")
+HYDRA_KEYS = {"hydra"}
+DEVICES = ("auto", "cpu", "cuda", "cuda:N", "mps")
+
+
+def _where(key: str) -> str | None:
+    """The nested key of that name (`temperature` -> `sampling.temperature`), for a misplaced top-level key."""
+    for group, node in (
+        ("pair", PairConfig),
+        ("method", MethodConfig),
+        ("data", DataConfig),
+        ("sampling", SamplingConfig),
+        ("tracking", TrackingConfig),
+        ("engine", EngineConfig),
+    ):
+        if key in {f.name for f in fields(node)}:
+            return f"{group}.{key}"
+    return None
+
+
+def unknown_keys(cfg: DictConfig) -> None:
+    """`+temperature=-1` or `+detla=0.5` would be accepted and ignored: refuse keys the schema lacks."""
+    known = {f.name for f in fields(RunConfig)} | HYDRA_KEYS
+    for key in cfg:
+        if key in known:
+            continue
+        nested = _where(key)
+        hint = f" It lives at {nested} (e.g. {nested}=...)." if nested else ""
+        close = difflib.get_close_matches(key, sorted(known - HYDRA_KEYS), n=1)
+        hint += f" Did you mean {close[0]}?" if close and not nested else ""
+        raise ConfigError(f"{key} is not a setting of a run.{hint} `python -m cactus_bench --help` lists them.")
+
+
+def parse_shard(value: str | None) -> tuple[int, int] | None:
+    """`shard=i/n` -> (i, n), 0 <= i < n; None for an unsharded run."""
+    if value is None:
+        return None
+    try:
+        i, n = (int(x) for x in str(value).split("/"))
+    except ValueError:
+        raise ConfigError(f"shard={value!r} is not valid: write i/n, e.g. shard=0/4 (the first of 4 shards)") from None
+    if not 0 <= i < n:
+        raise ConfigError(f"shard={value!r} is not valid: i/n needs 0 <= i < n")
+    return i, n
+
+
+def _finite(key: str, value) -> None:
+    if not math.isfinite(float(value)):
+        raise ConfigError(f"{key}={value!r} is not valid: a finite number is needed")
+
+
+def _check_device_and_dtype(pair) -> None:
+    from ..models import DTYPES  # torch only: cheap beside the model load it protects
+
+    if pair.dtype != "auto" and pair.dtype not in DTYPES:
+        raise ConfigError(f"pair.dtype={pair.dtype!r} is not valid: choose auto, {', '.join(DTYPES)}")
+    device = str(pair.device)
+    if not (device in ("auto", "cpu", "mps") or re.fullmatch(r"cuda(:\d+)?", device)):
+        raise ConfigError(f"pair.device={device!r} is not valid: choose one of {', '.join(DEVICES)}")
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(f"pair.device={device} but this machine has no CUDA GPU: use pair.device=cpu (or auto)")
+
+
+def _check_tracking(t) -> None:
+    if t.backend != "wandb":
+        return
+    mode = t.mode or os.environ.get("WANDB_MODE")
+    if mode in ("offline", "disabled", "dryrun"):
+        return
+    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
+    logged_in = os.environ.get("WANDB_API_KEY") or (netrc.is_file() and "api.wandb.ai" in netrc.read_text())
+    if not logged_in:
+        raise ConfigError(
+            "tracking=wandb needs a W&B login: run `wandb login` (or set WANDB_API_KEY), or log offline with "
+            "tracking.mode=offline and `wandb sync` the run later."
+        )
+
+
+def _note_unused(cfg: DictConfig, method: Method) -> None:
+    """Settings the method does not read are ignored, with one line saying so."""
+    raw = OmegaConf.to_container(cfg.method.params, resolve=False) or {}
+    if cfg.delta != RunConfig.delta and "${delta}" not in raw.values():
+        log.info("note: delta=%s is not used by method=%s (ignored)", cfg.delta, cfg.method.name)
+    if not method.uses_drafter and cfg.m != RunConfig.m:
+        log.info("note: m=%s is not used by method=%s (ignored)", cfg.m, cfg.method.name)
+
+
+def validate(cfg: DictConfig) -> Method:
+    """Check every value a run depends on; return the built method (its rule validated too)."""
+
+    def bad(key, value, allowed):
+        raise ConfigError(f"{key}={value!r} is not valid: {allowed}")
+
+    unknown_keys(cfg)
+
+    if cfg.method.name not in method_names():
+        bad("method", cfg.method.name, f"choose one of {', '.join(method_names())}")
+    d = cfg.data
+    if d.kind not in KINDS:
+        bad("data.kind", d.kind, f"choose one of {', '.join(KINDS)}")
+    if d.kind == "task" and not (d.task and d.primary_metric):
+        bad("data", d.name, f"conf/data/{d.name}.yaml must name its lm-eval `task` and `primary_metric`")
+    if d.subsets is not None and d.subset not in d.subsets:
+        bad("data.subset", d.subset, f"choose one of {', '.join(d.subsets)}")
+    _finite("delta", cfg.delta)
+    if cfg.delta < 0:
+        bad("delta", cfg.delta, "the divergence budget must be >= 0")
+    if cfg.limit is not None and cfg.limit < 1:
+        bad("limit", cfg.limit, "a positive number of items, or null for all")
+    if cfg.max_gen_toks < 1:
+        bad("max_gen_toks", cfg.max_gen_toks, "must be >= 1")
+    s = cfg.sampling
+    for key in ("temperature", "top_p"):
+        _finite(f"sampling.{key}", s[key])
+    if s.temperature < 0:
+        bad("sampling.temperature", s.temperature, "must be >= 0 (0 = greedy)")
+    if s.top_k < 0:
+        bad("sampling.top_k", s.top_k, "an integer >= 0 (0 = off)")
+    if not 0 < s.top_p <= 1:
+        bad("sampling.top_p", s.top_p, "must be in (0, 1]")
+    if cfg.tracking.backend not in TRACKERS:
+        bad("tracking.backend", cfg.tracking.backend, f"choose one of {', '.join(TRACKERS)}")
+    parse_shard(cfg.shard)
+    try:
+        method = method_of(cfg)
+    except ValueError as e:
+        raise ConfigError(f"method.params: {e}") from None
+    if method.uses_drafter and not 1 <= cfg.m <= cfg.max_gen_toks:
+        bad("m", cfg.m, f"the draft length must be an integer in [1, max_gen_toks={cfg.max_gen_toks}]")
+    _check_device_and_dtype(cfg.pair)
+    _check_tracking(cfg.tracking)
+    _note_unused(cfg, method)
+    return method
+
+
+def method_of(cfg: DictConfig) -> Method:
+    """The configured method (unvalidated values raise a ValueError: call `validate` first)."""
+    return Method(cfg.method.name, OmegaConf.to_container(cfg.method.params, resolve=True) or {}, cfg.m)
+
+
+def identity(cfg: DictConfig) -> dict:
+    """What makes two runs the same run (so a re-run resumes): everything that changes a sample's output.
+    `limit` is not part of it: a larger limit continues the same run."""
+    return {
+        # add_bos_token enters only when set, so runs stored before it existed keep their identity
+        "pair": {k: cfg.pair[k] for k in ("drafter", "verifier", "dtype", "revision")}
+        | ({"add_bos_token": True} if cfg.pair.add_bos_token else {}),
+        **method_of(cfg).identity(),
+        "data": cfg.data.name,
+        "subset": cfg.data.get("subset"),
+        "seed": cfg.seed,
+        "sampling": OmegaConf.to_container(cfg.sampling, resolve=True),
+        "max_gen_toks": cfg.max_gen_toks,
+        "engine": OmegaConf.to_container(cfg.engine),
+    }
+
+
+def run_key(cfg: DictConfig) -> str:
+    return hashlib.sha256(json.dumps(identity(cfg), sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # inside the package, so wheels carry it
+
+
+def dataset_configs() -> dict[str, DictConfig]:
+    """Every dataset of conf/data by its label, one per subset (e.g. gpqa_diamond, gpqa_main), plus each
+    dataset's name for its default subset: what `score data=...` accepts."""
+    out = {}
+    for path in sorted((CONF_DIR / "data").glob("*.yaml")):
+        base = OmegaConf.merge(OmegaConf.structured(DataConfig), OmegaConf.load(path))
+        out.setdefault(base.name, base)
+        for subset in base.subsets or []:
+            node = OmegaConf.merge(base, {"subset": subset})
+            out[node.label] = node
+        out.setdefault(base.label, base)
+    return out

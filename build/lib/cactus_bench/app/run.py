@@ -1,0 +1,180 @@
+"""One run end to end: validate, load the pair, decode the benchmark sample by sample into the store
+(resuming what is there), score each sample with lm-eval's task code, and summarise."""
+
+from __future__ import annotations
+
+import logging
+
+from omegaconf import DictConfig, OmegaConf
+from tqdm.auto import tqdm
+
+from .. import metrics
+from ..benchmarks.base import Benchmark, make_benchmark
+from ..benchmarks.lm import CactusLM
+from ..embedded import ensure_pair
+from ..methods import Method
+from ..models import Pair, check_available, load_pair
+from .config import run_key, validate
+from .store import RunStore, StoreError, duplicated_items
+from .tracking import NullTracker, make_tracker
+
+log = logging.getLogger("cactus_bench")
+EMBEDDED = "embedded:tiny/"
+_PAIRS: dict[tuple, Pair] = {}  # a sweep in one process loads each pair once
+
+
+def resolve_model(name: str) -> str:
+    """`embedded:tiny/<role>` -> the cached embedded pair's folder (built on first use)."""
+    if name.startswith(EMBEDDED):
+        return str(ensure_pair(log=log.info) / name[len(EMBEDDED) :])
+    return name
+
+
+class ModelLoadError(RuntimeError):
+    """The pair could not be loaded; the message names the key to change."""
+
+
+def get_pair(cfg: DictConfig) -> Pair:
+    p = cfg.pair
+    key = (p.drafter, p.verifier, p.dtype, p.device, str(p.verifier_device_map), p.revision)
+    if key not in _PAIRS:
+        drafter, verifier = resolve_model(p.drafter), resolve_model(p.verifier)
+        check_available({"drafter": drafter, "verifier": verifier}, p.revision)
+        _PAIRS.clear()  # one pair in memory at a time
+        device_map = (
+            OmegaConf.to_container(p.verifier_device_map)
+            if isinstance(p.verifier_device_map, DictConfig)
+            else p.verifier_device_map
+        )
+        try:
+            _PAIRS[key] = load_pair(
+                drafter, verifier, dtype=p.dtype, device=p.device, verifier_device_map=device_map, revision=p.revision
+            )
+        except (OSError, ValueError, RuntimeError) as e:  # missing files, tokenizer mismatch, too big to fit
+            raise ModelLoadError(f"loading the pair (pair={p.name}: {p.drafter} + {p.verifier}) failed: {e}") from e
+    return _PAIRS[key]
+
+
+def run(cfg: DictConfig) -> dict:
+    """Run (or resume) the configured run; returns its summary."""
+    method = validate(cfg)  # before anything expensive
+    bench = make_benchmark(cfg.data)  # data errors surface before models load
+    pair = get_pair(cfg)
+    lm = CactusLM(
+        pair,
+        method,
+        OmegaConf.to_container(cfg.sampling),
+        cfg.max_gen_toks,
+        seed=cfg.seed,
+        engine=OmegaConf.to_container(cfg.engine),
+        add_bos_token=cfg.pair.add_bos_token,
+    )
+    bench.prepare(lm, f"{cfg.pair.name}-{method.tag}")
+    store = RunStore.open(cfg)  # takes the run's (or shard's) lock: one writer per file
+    tracker = NullTracker()
+    try:
+        tracker = make_tracker(cfg, store.folder)
+        done = {s["index"]: s for s in store.samples()}
+        items = bench.items(cfg.limit)
+        mine = shard_items(items, store.shard)
+        todo = [item for item in mine if bench.key(item) not in done]
+        log.info(
+            "run %s%s: %d items, %d already done, %d to go -> %s",
+            run_key(cfg),
+            f" shard {store.shard[0]}/{store.shard[1]}" if store.shard else "",
+            len(mine),
+            len(mine) - len(todo),
+            len(todo),
+            store.folder,
+        )
+        finished = [done[k] for k in sorted(done)]
+        bar = tqdm(todo, desc=f"{cfg.method.name} {cfg.data.name}", disable=not cfg.progress, dynamic_ncols=True)
+        for item in bar:
+            record = bench.run(lm, item)
+            store.append(record)
+            finished.append(record)
+            tracker.log_sample(len(finished), record)
+            live = metrics.decode_metrics(finished)
+            bar.set_postfix(AL=f"{live['accepted_length'] or 0:.2f}", tok_s=f"{live['tokens_per_s'] or 0:.1f}")
+        summary = merge(cfg, method, bench, store, [bench.key(item) for item in items])
+        store.finish("complete" if summary["complete"] else "incomplete")
+        if cfg.tracking.backend != "none":
+            tracker.log_figures(accepted_length_figure(finished, store.folder))
+        tracker.finish(summary, finished)
+        return summary
+    except BaseException:
+        store.finish("interrupted")
+        tracker.finish(None, [])
+        raise
+
+
+def shard_items(items: list, shard: tuple[int, int] | None) -> list:
+    """Shard i of n decodes items i, i + n, i + 2n, ... (round-robin: long and short items spread evenly)."""
+    return items if shard is None else items[shard[0] :: shard[1]]
+
+
+def merge(cfg: DictConfig, method: Method, bench: Benchmark, store: RunStore, wanted: list) -> dict:
+    """The run's summary over every shard's samples. Written (with the benchmark's files) only when every
+    wanted item is present exactly once; otherwise the missing shards are named and the run stays
+    incomplete. A duplicated item (two writers of one shard) is refused."""
+    dup = duplicated_items(store.folder)
+    if dup:
+        item, files = next(iter(dup.items()))
+        raise StoreError(
+            f"{store.folder}: item {item} is stored more than once ({', '.join(files)}; {len(dup)} such items): "
+            "two processes wrote it. Keep one line per item (delete the later copies) and run again to summarise."
+        )
+    have = {s["index"]: s for s in store.samples()}
+    samples = [have[k] for k in wanted if k in have]
+    summary = summarise(cfg, method, samples, bench)
+    missing = [pos for pos, k in enumerate(wanted) if k not in have]
+    summary["complete"] = not missing
+    if missing:
+        n = store.shard[1] if store.shard else 1
+        shards = sorted({pos % n for pos in missing})
+        names = ", ".join(f"shard={i}/{n}" for i in shards) if store.shard else "this run"
+        log.warning("run %s is incomplete: %d of %d items missing (%s)", store.folder, len(missing), len(wanted), names)
+        summary["missing_shards"] = [f"{i}/{n}" for i in shards] if store.shard else []
+        return summary
+    store.write_summary(summary)
+    for name, text in bench.artifacts(samples).items():
+        store.write_artifact(name, text)
+    return summary
+
+
+def summarise(cfg: DictConfig, method: Method, samples: list[dict], bench: Benchmark) -> dict:
+    return {
+        "run_key": run_key(cfg),
+        "pair": cfg.pair.name,
+        "method": method.name,
+        "params": dict(method.params),
+        "data": cfg.data.name,
+        "m": cfg.m,
+        "seed": cfg.seed,
+        "experiment": cfg.experiment_name,
+        **metrics.decode_metrics(samples),
+        **bench.summarise(samples),
+    }
+
+
+def accepted_length_figure(samples: list[dict], folder) -> dict:
+    """This run's distribution of accepted drafts per verifier call (a per-run figure for dashboards)."""
+    counts = [a for s in samples for a in s.get("rounds_accepted", [])]
+    if not counts:
+        return {}
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(4.5, 3))
+    ax.hist(counts, bins=range(max(counts) + 2), align="left", rwidth=0.85)
+    ax.set(
+        xlabel="accepted drafts per verifier call",
+        ylabel="verifier calls",
+        title=f"AL = {sum(counts) / len(counts):.2f}",
+    )
+    path = folder / "accepted_length.png"
+    fig.savefig(path, bbox_inches="tight", dpi=110)
+    plt.close(fig)
+    return {"accepted_length": path}

@@ -1,0 +1,152 @@
+"""Experiment tracking: W&B when `tracking=wandb` (works offline with WANDB_MODE=offline), else nothing.
+
+One W&B run per stored run (per shard), with a stable id from the run key, so a resumed run continues the
+same W&B run. Per sample: the task's primary score, AL, both acceptance rates, realised KL, tokens, time and
+whether it stopped on length. At the end: the per-call accepted-length histogram and a summary with the
+headline score, and Rej and speedup when their reference runs (SpS, the verifier alone, same setting) are
+in the store. `method`, `delta`, `m`, `pair` and `data` are top-level config keys, so W&B's parallel
+coordinates and scatter panels work out of the box; runs are grouped by experiment (the sweep's name).
+`dashboards/wandb.yaml` describes the paper's figures as panels (`python -m cactus_bench.dashboard`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from .. import metrics
+from ..methods import BASELINE
+from ..metrics import METRICS
+from .config import identity, run_key
+
+EXTRA_SUMMARY_KEYS = ("score_stderr", "wall_time", "samples", "complete")
+SAMPLE_KEYS = ("accepted_length", "acceptance_rate", "prefix_acceptance", "realised_kl", "tokens_per_s")
+
+
+def summary_keys() -> list[str]:
+    """Stable summary names (the tracked metrics' own), so dashboards compare methods across runs."""
+    return [m.name for m in METRICS.values() if m.tracked] + list(EXTRA_SUMMARY_KEYS)
+
+
+class NullTracker:
+    def log_sample(self, step: int, record: dict) -> None:
+        pass
+
+    def log_figures(self, figures: dict[str, Path]) -> None:
+        pass
+
+    def finish(self, summary: dict | None, samples: list[dict]) -> None:
+        pass
+
+
+def wandb_config(cfg: DictConfig) -> dict:
+    params = OmegaConf.to_container(cfg.method.params, resolve=True) or {}
+    flat = {
+        "method": cfg.method.name,
+        "delta": params.get("delta"),
+        "m": cfg.m,
+        "pair": cfg.pair.name,
+        "data": cfg.data.label,
+        "seed": cfg.seed,
+        "sampling_temperature": cfg.sampling.temperature,
+        "max_gen_toks": cfg.max_gen_toks,
+        "run_key": run_key(cfg),
+    }
+    return {**flat, "params": params, "config": OmegaConf.to_container(cfg, resolve=True)}
+
+
+def reference_samples(cfg: DictConfig, folder: Path) -> dict[str, list[dict] | None]:
+    """The samples of this setting's SpS and verifier-alone runs, when the store has them."""
+    from .store import read_samples
+
+    ident = identity(cfg)
+    out = {}
+    for ref, changes in (
+        ("sps", {"method": "sps", "params": {}}),
+        ("baseline", {"method": BASELINE, "params": {}, "m": None}),
+    ):
+        key = hashlib.sha256(json.dumps({**ident, **changes}, sort_keys=True, default=str).encode()).hexdigest()[:10]
+        hits = [p for p in folder.parent.glob(f"*_{key}") if (p / "summary.json").exists()]
+        out[ref] = read_samples(hits[0]) if hits else None
+    return out
+
+
+class WandbTracker(NullTracker):
+    def __init__(self, cfg: DictConfig, folder: Path):
+        import wandb
+
+        self.wandb = wandb
+        self.cfg = cfg
+        self.folder = folder
+        self.primary = cfg.data.get("primary_metric")
+        t = cfg.tracking
+        shard = f"-shard{cfg.shard.replace('/', 'of')}" if cfg.get("shard") else ""
+        self.run = wandb.init(
+            project=t.project,
+            entity=t.entity,
+            mode=t.mode,
+            group=t.group or cfg.experiment_name,
+            name=folder.name + shard,
+            id=run_key(cfg) + shard,
+            resume="allow",
+            job_type=cfg.data.label,
+            dir=str(folder),
+            config=wandb_config(cfg),
+        )
+
+    def log_sample(self, step: int, record: dict) -> None:
+        s = record["stats"]
+        row = {
+            "sample/new_tokens": s["new_tokens"],
+            "sample/wall_time": s["wall_time"],
+            "sample/stopped_on_length": int(s.get("stop_reason") == "length"),
+        }
+        counters = metrics.add_stats([s])
+        for key in SAMPLE_KEYS:
+            value = METRICS.get(key).pooled(counters)
+            if value is not None:
+                row[f"sample/{key}"] = value
+        if self.primary and self.primary in record.get("scores", {}):
+            row["sample/score"] = record["scores"][self.primary]
+        self.run.log(row, step=step)
+
+    def log_figures(self, figures: dict[str, Path]) -> None:
+        self.run.log({f"figures/{name}": self.wandb.Image(str(path)) for name, path in figures.items()})
+
+    def finish(self, summary: dict | None, samples: list[dict]) -> None:
+        if summary is not None:
+            for key in summary_keys():
+                if summary.get(key) is not None:
+                    self.run.summary[key] = summary[key]
+            refs = reference_samples(self.cfg, self.folder)
+            for m in METRICS.values():
+                if m.relative is not None:
+                    value = metrics.relative(m, samples, refs)
+                    if value is not None:
+                        self.run.summary[m.name] = value
+            counts = [a for s in samples for a in s.get("rounds_accepted", [])]
+            if counts:
+                self.run.log({"accepted_length_histogram": self.wandb.Histogram(counts)})
+            columns = ["id", "new_tokens", "verifier_calls", "accepted", "wall_time", "stop_reason", "score"]
+            table = self.wandb.Table(columns=columns)
+            for rec in samples:
+                st = rec["stats"]
+                score = rec.get("scores", {}).get(self.primary)
+                table.add_data(
+                    str(rec["id"]),
+                    st["new_tokens"],
+                    st["verifier_calls"],
+                    st["accepted"],
+                    st["wall_time"],
+                    st.get("stop_reason"),
+                    score,
+                )
+            self.run.log({"samples": table})
+        self.run.finish(exit_code=0 if summary is not None else 1)
+
+
+def make_tracker(cfg: DictConfig, folder: Path):
+    return WandbTracker(cfg, folder) if cfg.tracking.backend == "wandb" else NullTracker()

@@ -1,0 +1,142 @@
+"""Spec-Bench wall-time runs: multi-turn conversations with the chat template, answers in Spec-Bench's own
+schema (so its `speed.py` can read them), and its speed metrics against an AR run of the same pair."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+from .. import metrics
+
+if TYPE_CHECKING:
+    from .lm import CactusLM
+
+MT_BENCH = {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"}
+SUBTASKS = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
+
+
+def subtask(category: str) -> str:
+    return "mt_bench" if category in MT_BENCH else category
+
+
+def answer_question(lm: CactusLM, question: dict, model_id: str) -> tuple[dict, list[dict]]:
+    """One question, all its turns in one conversation (turn 2 sees the first answer); timed per turn.
+    Returns the answer in Spec-Bench's schema and each turn's decode statistics."""
+    messages, turns, steps, new_tokens, wall, accept_lengths, accepted, stats = [], [], [], [], [], [], [], []
+    for j, turn in enumerate(question["turns"]):
+        messages.append({"role": "user", "content": turn})
+        prompt = lm.apply_chat_template(messages)
+        gen = lm.generate(prompt, [], ("specbench", question["question_id"], j))
+        out = gen.output
+        messages.append({"role": "assistant", "content": gen.raw_text})
+        turns.append(gen.raw_text)
+        steps.append(out.verifier_calls)
+        new_tokens.append(len(out.tokens))
+        wall.append(out.wall_time)
+        accept_lengths += out.rounds.emitted  # Spec-Bench: tokens per decoding step, bonus included
+        accepted += out.rounds.accepted
+        stats.append(out.summary())
+    return {
+        "question_id": question["question_id"],
+        "category": question["category"],
+        "answer_id": f"{model_id}-{question['question_id']}",
+        "model_id": model_id,
+        "tstamp": time.time(),
+        "choices": [
+            {
+                "index": 0,
+                "turns": turns,
+                "decoding_steps": steps,
+                "new_tokens": new_tokens,
+                "wall_time": wall,
+                "accept_lengths": accept_lengths,
+                "accepted_drafts": accepted,
+            }
+        ],
+    }, stats
+
+
+def warm_up(lm: CactusLM, question: dict, runs: int) -> None:
+    """Spec-Bench warms up on the first question before timing anything."""
+    for _ in range(runs):
+        lm.generate(lm.apply_chat_template([{"role": "user", "content": question["turns"][0]}]), [], ("warmup",))
+
+
+def speed_metrics(samples: list[dict], baseline: list[dict] | None) -> dict[str, dict]:
+    """Per subtask and overall, over stored samples (`answer` in Spec-Bench's schema, `stats`, `category`):
+    τ and AL pooled over decoding steps (the metrics' own definitions), tokens/s (Spec-Bench's per-question
+    speed, averaged), and against the AR baseline (same question ids) Spec-Bench's speedup, the ratio of
+    mean speeds (`evaluation/speed.py`), plus the mean of per-question ratios for comparison."""
+
+    def speed(sample):
+        c = sample["answer"]["choices"][0]
+        return sum(c["new_tokens"]) / sum(c["wall_time"])
+
+    base = {s["id"]: speed(s) for s in baseline} if baseline else {}
+    groups = defaultdict(list)
+    for s in samples:
+        groups[subtask(s["category"])].append(s)
+        groups["overall"].append(s)
+    out = {}
+    for name in [*SUBTASKS, "overall"]:
+        group = groups.get(name)
+        if not group:
+            continue
+        pooled = metrics.pool(group)
+        row = {
+            "questions": len(group),
+            "tau": metrics.tau(pooled),
+            "accepted_length": metrics.accepted_length(pooled),
+            "tokens_per_s": statistics.mean(speed(s) for s in group),
+        }
+        paired = [s for s in group if s["id"] in base]
+        if paired:  # Spec-Bench's speed.py: mean speed of the method / mean speed of the baseline
+            row["speedup"] = statistics.mean(speed(s) for s in paired) / statistics.mean(base[s["id"]] for s in paired)
+            row["speedup_mean_of_ratios"] = statistics.mean(speed(s) / base[s["id"]] for s in paired)
+        out[name] = row
+    return out
+
+
+class SpecBenchBenchmark:
+    """Spec-Bench's questions, every turn of a question in one conversation, warmed up before timing."""
+
+    def __init__(self, data):
+        from .data import load_specbench  # `datasets` is slow to import; reports need only speed_metrics
+
+        self.questions = load_specbench(data.root)
+        self.warmup = data.warmup
+        self._warm = False
+        self._model_id = ""
+
+    def prepare(self, lm: CactusLM, model_id: str) -> None:
+        self._model_id = model_id
+
+    def items(self, limit: int | None) -> list[dict]:
+        return self.questions[:limit] if limit else self.questions
+
+    def key(self, item: dict) -> int:
+        return item["question_id"]
+
+    def run(self, lm: CactusLM, item: dict) -> dict:
+        if not self._warm:  # once per process, before the first timed question
+            warm_up(lm, self.questions[0], self.warmup)
+            self._warm = True
+        answer, turns = answer_question(lm, item, self._model_id)
+        return {
+            "index": item["question_id"],
+            "id": item["question_id"],
+            "category": item["category"],
+            "stats": metrics.add_stats(turns),
+            "answer": answer,
+            "finished_at": time.time(),
+        }
+
+    def summarise(self, samples: list[dict]) -> dict:
+        return {"specbench": speed_metrics(samples, None)} if samples else {}
+
+    def artifacts(self, samples: list[dict]) -> dict[str, str]:
+        """Spec-Bench's own answer file (its speed.py reads this)."""
+        return {"model_answer.jsonl": "".join(json.dumps(s["answer"]) + "\n" for s in samples)}

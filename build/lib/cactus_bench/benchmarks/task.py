@@ -1,0 +1,55 @@
+"""A generation task scored by lm-eval (GSM8K, IFEval, GPQA, arith): prompts built by lm-eval with the
+pair's chat template, and each response scored by the task's own filters the moment it is decoded."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+from .lm import CactusLM
+from .scoring import Prompt, TaskScorer
+
+
+class TaskBenchmark:
+    def __init__(self, data):
+        self.scorer = TaskScorer(data.task, data.primary_metric, data.root)
+
+    def prepare(self, lm: CactusLM, model_id: str) -> None:
+        self.scorer.chat_template, self.scorer.tokenizer_name = lm.apply_chat_template, lm.tokenizer_name
+
+    def items(self, limit: int | None) -> list[Prompt]:
+        return self.scorer.prompts(limit)
+
+    def key(self, item: Prompt) -> int:
+        return item.index
+
+    def run(self, lm: CactusLM, item: Prompt) -> dict:
+        gen = lm.generate(item.context, item.until, (self.scorer.name, item.index))
+        return {
+            "index": item.index,
+            "id": item.id,
+            "prompt_sha256": hashlib.sha256(item.context.encode()).hexdigest(),
+            "response": gen.text,
+            "raw_response": gen.raw_text,
+            "tokens": gen.output.tokens,
+            "stats": gen.output.summary(),
+            "rounds_accepted": gen.output.rounds.accepted,
+            "scores": self.scorer.score(item.index, gen.text),
+            "finished_at": time.time(),
+        }
+
+    def summarise(self, samples: list[dict]) -> dict:
+        if not samples:
+            return {}
+        scores = self.scorer.aggregate([s["scores"] for s in samples])
+        key = self.scorer.primary_metric
+        stderr = scores.get(key.replace(",", "_stderr,", 1))  # None for a single sample
+        return {
+            "scores": scores,
+            "score": 100 * scores[key],
+            "score_stderr": None if stderr is None else 100 * stderr,
+            "score_metric": key,
+        }
+
+    def artifacts(self, samples: list[dict]) -> dict[str, str]:
+        return {}

@@ -1,0 +1,90 @@
+"""Create the saved W&B workspace described in dashboards/wandb.yaml (the paper's figures as panels):
+
+    python -m cactus_bench.dashboard --entity ENTITY --project cactus-bench [--dry-run]
+
+Needs `pip install wandb-workspaces` and a W&B login; `--dry-run` only checks and prints the panels.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import yaml
+
+SPEC = Path(__file__).resolve().parents[1] / "dashboards" / "wandb.yaml"
+PANEL_TYPES = ("scatter", "parallel", "bar", "line")
+
+
+def load(path: Path = SPEC) -> dict:
+    spec = yaml.safe_load(Path(path).read_text())
+    for section in spec["sections"]:
+        for panel in section["panels"]:
+            if panel["type"] not in PANEL_TYPES:
+                raise ValueError(f"{path}: panel {panel['title']!r} has type {panel['type']!r}; use {PANEL_TYPES}")
+    return spec
+
+
+def keys(spec: dict) -> set[str]:
+    """Every `kind:name` key the panels read."""
+    out = set()
+    for section in spec["sections"]:
+        for p in section["panels"]:
+            out |= {p[k] for k in ("x", "y") if isinstance(p.get(k), str)}
+            out |= (
+                set(p.get("columns", []))
+                | set(p.get("metrics", []))
+                | set(p.get("y", []) if isinstance(p.get("y"), list) else [])
+            )
+    return out
+
+
+def build(spec: dict, entity: str, project: str):
+    import wandb_workspaces.reports.v2 as wr
+    import wandb_workspaces.workspaces as ws
+
+    def name(key: str) -> str:
+        return key.split(":", 1)[1]
+
+    def panel(p: dict):
+        if p["type"] == "scatter":
+            return wr.ScatterPlot(title=p["title"], x=name(p["x"]), y=name(p["y"]))
+        if p["type"] == "parallel":
+            return wr.ParallelCoordinatesPlot(
+                title=p["title"], columns=[wr.ParallelCoordinatesPlotColumn(metric=name(c)) for c in p["columns"]]
+            )
+        if p["type"] == "bar":
+            return wr.BarPlot(title=p["title"], metrics=[name(m) for m in p["metrics"]])
+        return wr.LinePlot(title=p["title"], y=[name(y) for y in p["y"]])
+
+    sections = [
+        ws.Section(name=s["name"], panels=[panel(p) for p in s["panels"]], is_open=True) for s in spec["sections"]
+    ]
+    return ws.Workspace(name=spec["name"], entity=entity, project=project, sections=sections)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--entity", required=True)
+    ap.add_argument("--project", default="cactus-bench")
+    ap.add_argument("--dry-run", action="store_true")
+    args = ap.parse_args(argv)
+    spec = load()
+    if args.dry_run:
+        for s in spec["sections"]:
+            print(s["name"])
+            for p in s["panels"]:
+                print(f"  {p['type']:9s} {p['title']}")
+        return
+    try:
+        workspace = build(spec, args.entity, args.project)
+    except ImportError:
+        raise SystemExit(
+            "error: creating the workspace needs `pip install wandb-workspaces` (and `wandb login`)"
+        ) from None
+    workspace.save()
+    print(f"saved: {workspace.url}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""Round statistics of one generation: what each verifier call drafted, accepted and emitted, and where
+the time went. The metrics themselves are defined once, in `cactus_bench.metrics`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import metrics
+
+
+@dataclass
+class Rounds:
+    """Per-round statistics, one entry per verifier call (columnar, JSON-friendly)."""
+
+    drafted: list[int] = field(default_factory=list)
+    accepted: list[int] = field(default_factory=list)  # drafts accepted before the first rejection
+    accepted_any: list[int] = field(default_factory=list)  # drafts whose accept test passed, any position
+    emitted: list[int] = field(default_factory=list)  # tokens committed this round (accepted + 1, or cut)
+    t_draft: list[float] = field(default_factory=list)
+    t_verify: list[float] = field(default_factory=list)
+    t_rule: list[float] = field(default_factory=list)
+    t_other: list[float] = field(default_factory=list)
+    kl_sum: list[float] = field(default_factory=list)  # Σ KL(h‖q) over the positions verified this round
+    kl_count: list[int] = field(default_factory=list)
+
+    def add(self, **row) -> None:
+        for k, v in row.items():
+            getattr(self, k).append(v)
+
+
+@dataclass
+class GenerationOutput:
+    tokens: list[int]  # generated ids, prompt excluded
+    rounds: Rounds
+    prefill_time: float
+    wall_time: float  # prefill included
+    stop_reason: str  # "eos" | "length" | "stop"
+    has_kl: bool = False
+
+    @property
+    def verifier_calls(self) -> int:
+        return len(self.rounds.drafted)
+
+    def counters(self) -> dict:
+        """The additive counters (`metrics.COUNTERS`) of this generation."""
+        r = self.rounds
+        return {
+            "new_tokens": len(self.tokens),
+            "verifier_calls": self.verifier_calls,
+            "drafted": sum(r.drafted),
+            "accepted": sum(r.accepted),
+            "accepted_any": sum(r.accepted_any),
+            "rejected": sum(d - a for d, a in zip(r.drafted, r.accepted)),
+            "kl_sum": sum(r.kl_sum) if self.has_kl else None,
+            "kl_count": sum(r.kl_count) if self.has_kl else None,
+            "wall_time": self.wall_time,
+            "prefill_time": self.prefill_time,
+            "t_draft": sum(r.t_draft),
+            "t_verify": sum(r.t_verify),
+            "t_rule": sum(r.t_rule),
+            "t_other": sum(r.t_other),
+            "generations": 1,
+            "length_stops": int(self.stop_reason == "length"),
+        }
+
+    def summary(self) -> dict:
+        """Counters, every pooled metric of them (AL, τ, acceptance, KL, ...), and why decoding stopped."""
+        c = self.counters()
+        return {**c, **metrics.derive(c), "stop_reason": self.stop_reason}
+
+    def metric(self, name: str) -> float | None:
+        return metrics.METRICS.get(name).pooled(self.counters())
+
+    @property
+    def accepted_length(self) -> float:
+        """AL: mean accepted drafts per verifier call (the paper's AL_m)."""
+        return self.metric("accepted_length") or 0.0
+
+    @property
+    def tau(self) -> float:
+        return self.metric("tau") or 0.0
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.metric("acceptance_rate")
+
+    @property
+    def realised_kl(self) -> float | None:
+        return self.metric("realised_kl")
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.metric("tokens_per_s")

@@ -1,0 +1,242 @@
+"""The embedded offline pair: build on first use, cache, verify, rebuild when corrupt.
+
+`ensure_pair()` returns a folder with `drafter/` and `verifier/` (each a `save_pretrained` model plus the
+tokenizer), loadable by `load_pair` like any hub model, and `quality.json` with the measured quality.
+A lock file serialises builders; the build writes into a temporary folder renamed into place, and a
+manifest of sha256 sums detects a partial or corrupt cache.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from ..decode import speculative_generate
+from ..utils import write_text_atomic
+from . import arith
+from .tokenizer import chat_text, train_tokenizer
+from .train import encode_examples, model_config, train
+
+# The recipe. Changing it changes the cache folder's name, so old caches are never mistaken for new ones.
+SPEC = {
+    "version": 1,
+    "seed": 0,
+    "tokenizer_vocab": 384,
+    "max_positions": 8192,  # trained on short items, but must accept long prompts (GSM8K 5-shot) without error
+    "verifier": {
+        "hidden": 128,
+        "layers": 4,
+        "heads": 4,
+        "kv_heads": 2,
+        "intermediate": 384,
+        "steps": 1200,
+        "batch": 32,
+        "lr": 3e-3,
+    },
+    "drafter": {
+        "hidden": 96,
+        "layers": 2,
+        "heads": 4,
+        "kv_heads": 2,
+        "intermediate": 256,
+        "steps": 600,
+        "batch": 32,
+        "lr": 3e-3,
+    },
+    "eval": {
+        "items": 200,
+        "accept_prompts": 24,
+        "m": 4,
+        "temperature": 0.6,
+        "top_k": 20,
+        "top_p": 0.95,
+        "max_new_tokens": 72,
+    },
+}
+MANIFEST = "manifest.json"
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("CACTUS_BENCH_CACHE", Path.home() / ".cache" / "cactus_bench")).expanduser()
+
+
+def spec_hash(spec: dict) -> str:
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def pair_dir(cache_dir: Path | None = None, spec: dict = SPEC) -> Path:
+    return Path(cache_dir or default_cache_dir()) / f"tiny-pair-v{spec['version']}-{spec_hash(spec)}"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def cache_problem(folder: Path) -> str | None:
+    """None if `folder` is a complete, intact build; otherwise what is wrong with it."""
+    if not folder.exists():
+        return "missing"
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return "incomplete (no readable manifest)"
+    for rel, digest in manifest["files"].items():
+        path = folder / rel
+        if not path.is_file():
+            return f"incomplete ({rel} is missing)"
+        if _sha256(path) != digest:
+            return f"corrupt ({rel} does not match its checksum)"
+    return None
+
+
+@contextmanager
+def _locked(lock_path: Path, log: Callable[[str], None] = print):
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"waiting for another process that is building the embedded pair ({lock_path})")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def ensure_pair(
+    cache_dir: Path | str | None = None, spec: dict = SPEC, log: Callable[[str], None] = print, rebuild: bool = False
+) -> Path:
+    """The cached pair's folder, building it first if it is missing, partial or corrupt."""
+    folder = pair_dir(Path(cache_dir) if cache_dir else None, spec)
+    with _locked(folder.with_name(folder.name + ".lock"), log):
+        problem = "rebuild requested" if rebuild else cache_problem(folder)
+        if problem is None:
+            return folder
+        if problem != "missing":
+            log(f"embedded pair cache {folder} is {problem}: rebuilding")
+        shutil.rmtree(folder, ignore_errors=True)
+        tmp = folder.with_name(folder.name + f".tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        build(tmp, spec, log)
+        os.replace(tmp, folder)
+    return folder
+
+
+def build(out: Path, spec: dict = SPEC, log: Callable[[str], None] = print) -> dict:
+    """Train the tokenizer, verifier and drafter on `arith`, measure quality, write everything + manifest."""
+    t0 = time.perf_counter()
+    seed = spec["seed"]
+    torch.manual_seed(seed)
+    train_items = arith.generate("train", arith.TRAIN_SIZE, seed)
+    tok = train_tokenizer((chat_text(i.question, i.answer) for i in train_items[:5000]), spec["tokenizer_vocab"])
+    eos, pad = tok.convert_tokens_to_ids("<|im_end|>"), tok.pad_token_id
+    examples = encode_examples(
+        tok, [chat_text(i.question) for i in train_items], [i.answer + "<|im_end|>" for i in train_items]
+    )
+    log(
+        f"embedded pair: tokenizer ({len(tok)} tokens) and {len(examples)} training items ready "
+        f"({time.perf_counter() - t0:.0f}s)"
+    )
+    models = {}
+    for role in ("verifier", "drafter"):
+        s = spec[role]
+        cfg = model_config(
+            len(tok),
+            s["hidden"],
+            s["layers"],
+            s["heads"],
+            s["kv_heads"],
+            s["intermediate"],
+            eos,
+            pad,
+            spec["max_positions"],
+        )
+        log(f"training the {role} ({s['layers']} layers x {s['hidden']} wide)")
+        models[role] = train(
+            cfg, examples, steps=s["steps"], batch_size=s["batch"], lr=s["lr"], seed=seed + (role == "drafter"), log=log
+        )
+        models[role].generation_config.eos_token_id = eos
+        models[role].generation_config.pad_token_id = pad
+        models[role].save_pretrained(out / role)
+        tok.save_pretrained(out / role)
+    quality = measure_quality(models["drafter"], models["verifier"], tok, spec)
+    quality.update(
+        build_seconds=round(time.perf_counter() - t0, 1),
+        spec=spec,
+        params={r: sum(p.numel() for p in m.parameters()) for r, m in models.items()},
+    )
+    write_text_atomic(out / "quality.json", json.dumps(quality, indent=1))
+    files = {str(p.relative_to(out)): _sha256(p) for p in sorted(out.rglob("*")) if p.is_file()}
+    write_text_atomic(out / MANIFEST, json.dumps({"files": files}, indent=1))
+    log("embedded pair quality: " + format_quality(quality))
+    return quality
+
+
+def format_quality(q: dict) -> str:
+    return (
+        f"verifier accuracy {q['verifier_accuracy']:.1%}, drafter accuracy {q['drafter_accuracy']:.1%}, "
+        f"SpS acceptance {q['sps_acceptance']:.2f} (T={q['temperature']}, m={q['m']}), "
+        f"built in {q.get('build_seconds', float('nan')):.0f}s"
+    )
+
+
+def measure_quality(drafter, verifier, tok, spec: dict) -> dict:
+    """Test accuracy of each model (strict match, sampled with the demo's warpers) and SpS acceptance."""
+    e = spec["eval"]
+    items = arith.generate("test", e["items"], spec["seed"])
+    sampling = {"temperature": e["temperature"], "top_k": e["top_k"], "top_p": e["top_p"]}
+    tok.padding_side = "left"
+    enc = tok([chat_text(i.question) for i in items], return_tensors="pt", padding=True, add_special_tokens=False)
+    acc = {}
+    for role, model in (("verifier", verifier), ("drafter", drafter)):
+        torch.manual_seed(spec["seed"])
+        with torch.no_grad():
+            out = model.generate(
+                **enc,
+                max_new_tokens=e["max_new_tokens"],
+                do_sample=True,
+                **sampling,
+                eos_token_id=model.generation_config.eos_token_id,
+                pad_token_id=tok.pad_token_id,
+            )
+        texts = tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+        acc[role] = sum(arith.strict_match(t, i.gold) for t, i in zip(texts, items)) / len(items)
+    drafted = accepted = 0
+    g = torch.Generator().manual_seed(spec["seed"])
+    for item in items[: e["accept_prompts"]]:
+        ids = tok(chat_text(item.question), add_special_tokens=False)["input_ids"]
+        res = speculative_generate(
+            drafter,
+            verifier,
+            ids,
+            rule="sps",
+            m=e["m"],
+            max_new_tokens=e["max_new_tokens"],
+            generator=g,
+            eos_token_id=verifier.generation_config.eos_token_id,
+            **sampling,
+        )
+        drafted += sum(res.rounds.drafted)
+        accepted += sum(res.rounds.accepted)
+    return {
+        "verifier_accuracy": acc["verifier"],
+        "drafter_accuracy": acc["drafter"],
+        "sps_acceptance": accepted / max(drafted, 1),
+        "eval_items": len(items),
+        "m": e["m"],
+        **sampling,
+    }

@@ -1,0 +1,100 @@
+"""Training a small Qwen3-architecture LM on CPU: answer-only next-token loss, AdamW, warm-up + cosine."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+IGNORE = -100
+
+
+def model_config(
+    vocab_size: int,
+    hidden: int,
+    layers: int,
+    heads: int,
+    kv_heads: int,
+    intermediate: int,
+    eos_token_id: int,
+    pad_token_id: int,
+    max_positions: int = 512,
+) -> Qwen3Config:
+    return Qwen3Config(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=hidden // heads,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=True,
+        eos_token_id=eos_token_id,
+        pad_token_id=pad_token_id,
+        bos_token_id=None,
+    )
+
+
+def encode_examples(tokenizer, prompts: list[str], completions: list[str]) -> list[tuple[list[int], int]]:
+    """(ids, prompt_length) per example; loss is taken on the completion tokens only."""
+    out = []
+    for p, c in zip(prompts, completions):
+        p_ids = tokenizer(p, add_special_tokens=False)["input_ids"]
+        c_ids = tokenizer(c, add_special_tokens=False)["input_ids"]
+        out.append((p_ids + c_ids, len(p_ids)))
+    return out
+
+
+def collate(batch: list[tuple[list[int], int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    width = max(len(ids) for ids, _ in batch)
+    input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(batch), width), IGNORE, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    for i, (ids, n_prompt) in enumerate(batch):
+        input_ids[i, : len(ids)] = torch.tensor(ids)
+        labels[i, n_prompt : len(ids)] = torch.tensor(ids[n_prompt:])
+        mask[i, : len(ids)] = 1
+    return input_ids, labels, mask
+
+
+def train(
+    config: Qwen3Config,
+    examples: list[tuple[list[int], int]],
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    log: Callable[[str], None] = print,
+    time_budget_s: float | None = None,
+) -> Qwen3ForCausalLM:
+    """Train from a seeded init; deterministic for a given seed (single process, CPU)."""
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(config).float().train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
+    warmup = max(steps // 20, 1)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s / steps, 1.0)))
+    )
+    g = torch.Generator().manual_seed(seed)
+    pad = config.pad_token_id
+    start = time.perf_counter()
+    for step in range(steps):
+        idx = torch.randint(0, len(examples), (batch_size,), generator=g).tolist()
+        input_ids, labels, mask = collate([examples[i] for i in idx], pad)
+        loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if step % max(steps // 10, 1) == 0 or step == steps - 1:
+            log(f"  step {step + 1}/{steps}  loss {loss.item():.3f}  ({time.perf_counter() - start:.0f}s)")
+        if time_budget_s is not None and time.perf_counter() - start > time_budget_s:
+            log(f"  time budget {time_budget_s:.0f}s reached at step {step + 1}")
+            break
+    return model.eval()

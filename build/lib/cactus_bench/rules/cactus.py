@@ -1,0 +1,62 @@
+"""Cactus (Hao & Mou, ICLR 2026): raise only the drafted token's target mass to γ under KL(h‖q) ≤ δ.
+
+h_n = γ,  h_i = q_i·(1 − γ)/(1 − q_n) for i ≠ n;  accept min(1, γ/p_n);  recover from (h − p)+.
+`cactus` uses the paper's second-order Taylor γ; `cactus_exact` solves the binary-KL constraint exactly.
+"""
+
+import torch
+from torch import Tensor
+
+from .base import bisect_steps, check_range, gather_last, general_accept
+from .registry import register
+from .sps import TargetRule
+
+
+def binary_kl(g: Tensor, qn: Tensor) -> Tensor:
+    """KL(Bern(g) || Bern(qn)) with 0·log 0 = 0; equals KL(h‖q) for Cactus's h."""
+    zero = torch.zeros_like(g)
+    a = torch.where(g > 0, g * (torch.log(g) - torch.log(qn)), zero)
+    b = torch.where(g < 1, (1 - g) * (torch.log1p(-g) - torch.log1p(-qn)), zero)
+    return a + b
+
+
+@register("cactus")
+class Cactus(TargetRule):
+    def __init__(self, delta: float = 1.0):
+        self.delta = check_range(self.name, "delta", delta, 0.0)
+
+    def gamma(self, qn: Tensor) -> Tensor:
+        return torch.clamp(qn + torch.sqrt(2 * self.delta * qn * (1 - qn)), max=1.0)
+
+    def target(self, p, q, n, **raw):
+        qn = gather_last(q, n)
+        g = self.gamma(qn)
+        scale = (1 - g) / (1 - qn)  # 0/0 when q_n = 1 (then γ = 1 and h = q): official code maps NaN to 1
+        scale = torch.where(torch.isnan(scale), torch.ones_like(scale), scale)
+        h = q * scale.unsqueeze(-1)
+        return h.scatter(-1, n.unsqueeze(-1), g.unsqueeze(-1))
+
+    def accept_prob(self, p, q, n, **raw):  # only γ = h_n is needed for the test
+        return general_accept(self.gamma(gather_last(q, n)), gather_last(p, n))
+
+    def realised_kl(self, p, q, n, **raw):
+        qn = gather_last(q, n)
+        return binary_kl(self.gamma(qn), qn)
+
+
+@register("cactus_exact")
+class CactusExact(Cactus):
+    """γ = the root on [q_n, 1] of binary_kl(γ, q_n) = δ (bisection; binary_kl is increasing there).
+
+    Bisection keeps the lower end, so KL(h‖q) ≤ δ holds exactly, not just to round-off."""
+
+    def gamma(self, qn: Tensor) -> Tensor:
+        lo, hi = qn.clone(), torch.ones_like(qn)
+        for _ in range(bisect_steps(qn.dtype)):  # halves [q_n, 1] below the dtype's resolution
+            mid = (lo + hi) / 2
+            ok = binary_kl(mid, qn) <= self.delta
+            lo = torch.where(ok, mid, lo)
+            hi = torch.where(ok, hi, mid)
+        # γ = 1 when even full mass on n costs at most δ nats (−log q_n ≤ δ); q_n = 0 keeps γ = 0.
+        full = -torch.log(qn) <= self.delta
+        return torch.where(full, torch.ones_like(qn), lo)

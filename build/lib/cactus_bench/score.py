@@ -1,0 +1,128 @@
+"""Re-score stored generations with the same lm-eval task code, on any machine (no models, no GPU).
+
+    python -m cactus_bench.score data=ifeval responses=path/to/responses.jsonl
+
+Prints the metrics as one JSON object on its last line and writes them beside the responses. Responses
+covering part of the dataset are scored on that part, and the output says so.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import hydra
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+from .app.config import dataset_configs
+from .app.store import SAMPLES, samples_files
+from .benchmarks.data import DataError
+from .benchmarks.scoring import TaskScorer
+from .registry import unknown_name_message
+from .utils import write_text_atomic
+
+
+def read_responses(path: Path, data: str | None = None) -> dict[str, str]:
+    """id -> response from a JSONL file, or from a run folder (every shard's samples). Duplicate ids, an empty
+    file, a missing or non-text response, and a run folder of another dataset are errors naming the place."""
+    path = Path(path)
+    if path.is_dir():
+        _check_run_data(path, data)
+        files = samples_files(path)
+        if not files:
+            raise DataError(f"run folder {str(path)!r} has no samples file (samples.jsonl)")
+    elif path.is_file():
+        if path.parent.joinpath("config.yaml").is_file() and SAMPLES.fullmatch(path.name):
+            _check_run_data(path.parent, data)
+        files = [path]
+    else:
+        raise DataError(f"responses file {str(path)!r} does not exist")
+    out, where = {}, {}
+    for file in files:
+        for n, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                key, response = str(row["id"]), row["response"]
+            except (ValueError, KeyError, TypeError) as e:
+                raise DataError(f"{file}:{n}: expected a JSON object with 'id' and 'response' ({e})") from None
+            if not isinstance(response, str):
+                raise DataError(f"{file}:{n}: 'response' of id {key} is {response!r}, not text")
+            if key in out:
+                raise DataError(f"{file}:{n}: id {key} appears twice (first at {where[key]}): keep one response per id")
+            out[key], where[key] = response, f"{file.name}:{n}"
+    if not out:
+        raise DataError(f"no responses in {str(path)!r}: expected JSON lines with 'id' and 'response'")
+    return out
+
+
+def _check_run_data(folder: Path, data: str | None) -> None:
+    """A run folder knows its dataset: scoring it as another one is an error, not silent nonsense."""
+    config = folder / "config.yaml"
+    if data is None or not config.is_file():
+        return
+    d = yaml.safe_load(config.read_text()).get("data", {})
+    names = {d.get("name"), d.get("label")}
+    if data not in names:
+        raise DataError(
+            f"{folder} holds a run on {d.get('label') or d.get('name')}, not {data}: use data={d.get('name')}"
+        )
+
+
+def scorer_for(data: str, root: str | None = None) -> TaskScorer:
+    """The scorer of a dataset named as in conf/data (`gpqa`, or with its subset: `gpqa_main`)."""
+    scored = {k: v for k, v in dataset_configs().items() if v.kind == "task"}
+    if data not in scored:
+        raise DataError(unknown_name_message("dataset for scoring", data, scored))
+    spec = scored[data]
+    return TaskScorer(spec.task, spec.primary_metric, root)
+
+
+def score_responses(data: str, responses: dict[str, str], root: str | None = None) -> dict:
+    scorer = scorer_for(data, root)
+    prompts = {str(p.id): p for p in scorer.prompts()}
+    unknown = sorted(set(responses) - set(prompts))
+    if unknown:
+        raise DataError(
+            f"{len(unknown)} response ids are not {data} ids (e.g. {unknown[:3]}); ids are the "
+            "dataset's own keys: IFEval `key`, GPQA `Record ID`, GSM8K test row index"
+        )
+    per_sample = [scorer.score(prompts[i].index, text) for i, text in responses.items()]
+    result = {
+        "data": data,
+        "task": scorer.name,
+        "scored": len(per_sample),
+        "dataset_size": len(prompts),
+        "partial": len(per_sample) < len(prompts),
+        "metrics": scorer.aggregate(per_sample),
+        "primary_metric": scorer.primary_metric,
+    }
+    return result
+
+
+@hydra.main(version_base="1.3", config_path="conf/tools", config_name="score")
+def main(cfg: DictConfig) -> None:
+    try:
+        for key, what in (
+            ("data", f"the dataset: one of {', '.join(sorted(dataset_configs()))}"),
+            ("responses", "a JSONL file of {id, response} or a run folder"),
+        ):
+            if OmegaConf.is_missing(cfg, key):
+                raise DataError(f"{key}= is required: {what}")
+        path = Path(cfg.responses)
+        result = score_responses(cfg.data, read_responses(path, cfg.data), cfg.root)
+    except DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    if result["partial"]:
+        print(f"note: scored {result['scored']} of {result['dataset_size']} {cfg.data} items (partial coverage)")
+    out = Path(cfg.output) if cfg.output else (path if path.is_dir() else path.parent) / f"{path.stem}.scores.json"
+    write_text_atomic(out, json.dumps(result, indent=1))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

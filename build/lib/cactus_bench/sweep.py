@@ -1,0 +1,126 @@
+"""Run the sweep behind a table spec, then render the table next to the paper's numbers.
+
+    python -m cactus_bench.sweep sweeps/table2.yaml [pair=tiny] [limit=2] [data=arith] [other Hydra overrides]
+    python -m cactus_bench.sweep sweeps/table1.yaml shards=8 hydra/launcher=slurm       # a cluster
+
+`pair`, `limit`, `data` (comma-separated), `m`, `max_gen_toks` and `seed` override the spec; any other
+key=value is passed to every run as a Hydra override. Without `shards` or a launcher, runs happen in this
+process, one pair load for all. With them, every cell × shard is one job of a single Hydra multirun on the
+chosen launcher (`hydra/launcher=slurm`: one GPU per job; `hydra/launcher=local_gpus`: one machine's GPUs):
+each cell is written as a config (`+cell=...`) beside the multirun's files, and the last shard of a run to
+finish writes its summary. Either way every run resumes from the store, and the table follows.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from .app.config import CONF_DIR
+from .figure_specs import pair_spec, spec_pairs
+from .report import figures, load_runs, load_spec, render_table, row_params, run_overrides
+
+SPEC_KEYS = ("pair", "limit", "data", "m", "max_gen_toks", "seed")
+
+
+def parse(argv: list[str]) -> tuple[str, dict, list[str]]:
+    if not argv or "=" in argv[0]:
+        raise SystemExit(__doc__)
+    spec_overrides, hydra_overrides = {}, []
+    for arg in argv[1:]:
+        key, _, value = arg.partition("=")
+        if key in SPEC_KEYS + ("shards",) and value != "":
+            spec_overrides[key] = value.split(",") if key == "data" else value
+        elif value != "":
+            hydra_overrides.append(arg)
+    return argv[0], spec_overrides, hydra_overrides
+
+
+def cell_config(spec: dict, row: dict, data: str) -> dict:
+    """One table cell as a config group option (`# @package _global_`), the same run as `run_overrides`."""
+    node = {
+        "defaults": [{"override /pair": spec["pair"]}, {"override /data": data}, {"override /method": row["method"]}],
+        "m": int(spec["m"]),
+        "seed": int(spec.get("seed", 0)),
+        "experiment_name": spec["name"],
+    }
+    params = row_params(row)
+    if "delta" in params:
+        node["delta"] = params.pop("delta")
+    if params:
+        node["method"] = {"params": params}
+    for key in ("limit", "max_gen_toks"):
+        if spec.get(key) is not None:
+            node[key] = int(spec[key])
+    return node
+
+
+def launch(spec: dict, extra: list[str], shards: int, results_dir: Path) -> None:
+    """Every cell × shard as one Hydra multirun (the launcher in `extra`, else Hydra's basic one)."""
+    folder = results_dir.parent / "multirun" / f"{spec['name']}-{time.strftime('%Y%m%d-%H%M%S')}"
+    cells = []
+    for _, pair in spec_pairs(spec):
+        for data in spec["data"]:
+            for row in spec["rows"]:
+                name = f"{spec['name']}_{len(cells)}"
+                path = folder / "cell" / f"{name}.yaml"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                node = cell_config(pair_spec(spec, pair), row, data)
+                path.write_text("# @package _global_\n" + yaml.safe_dump(node, sort_keys=False))
+                cells.append(name)
+    shard = ",".join(f"{i}/{shards}" for i in range(shards))
+    cmd = [
+        sys.executable,
+        "-m",
+        "cactus_bench",
+        "-m",
+        f"hydra.searchpath=[file://{folder}]",
+        f"+cell={','.join(cells)}",
+        f"shard={shard}",
+        f"hydra.sweep.dir={folder / 'jobs'}",
+        *extra,
+    ]
+    print("launching:", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, env=os.environ)
+
+
+def main(argv: list[str] | None = None) -> str:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    spec_path, spec_overrides, extra = parse(sys.argv[1:] if argv is None else argv)
+    shards = int(spec_overrides.pop("shards", 0) or 0)
+    spec = load_spec(spec_path, spec_overrides)
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        results_dir = Path(compose("config", overrides=[o for o in extra if not o.startswith("hydra")]).results_dir)
+        if shards or any(o.startswith("hydra/launcher=") for o in extra):
+            launch(spec, extra, max(shards, 1), results_dir)
+        else:
+            from .app.run import run
+
+            for _, pair in spec_pairs(spec):
+                for data in spec["data"]:
+                    for row in spec["rows"]:
+                        print(f"== {spec['name']}: {row['label']} on {data} ({pair})", flush=True)
+                        cell = run_overrides(pair_spec(spec, pair), row, data)
+                        run(compose("config", overrides=cell + extra))
+    identity_overrides = [o for o in extra if not o.startswith(("hydra", "progress", "tracking"))]
+    runs = load_runs(results_dir)
+    if spec.get("figure"):
+        made = figures(runs, results_dir.parent / "figures", [spec], identity_overrides)
+        print("\n".join(str(p) for p in made.values()))
+        return ""
+    md, path = render_table(spec, runs, results_dir.parent / "tables", identity_overrides)
+    print(md)
+    print(f"written: {path.with_suffix('')}.{{csv,md,tex}}")
+    return md
+
+
+if __name__ == "__main__":
+    main()
