@@ -8,8 +8,8 @@ where it comes from: `stored` (the store's runs of that cell), `measured` (resul
 `scripts/device_check.py`), or `estimate` (the cost model below).
 
 Cost model (batch size 1 decoding is memory-bound): one forward streams the weights once, so a token of the
-verifier alone costs bytes(verifier) / (bandwidth · efficiency); a speculative round costs m drafter steps
-plus one verifier forward and emits AL + 1 tokens.
+verifier alone costs bytes(verifier) / (bandwidth · efficiency), at least MIN_FORWARD_S (small drafters are
+launch-bound); a speculative round costs m drafter steps plus one verifier forward and emits AL + 1 tokens.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from .report import RESULTS, compose_cell, find_run, load_runs, load_spec
 
 BANDWIDTH = {"h100": 3.35e12, "h200": 4.8e12, "a100": 2.0e12}  # bytes/s, HBM
 EFFICIENCY = 0.7  # share of peak bandwidth a decode step reaches (the device check measures it)
+MIN_FORWARD_S = 0.002  # small models are launch-bound, not bandwidth-bound: ~2 ms a forward even with CUDA graphs
 BYTES_PER_PARAM = 2  # bf16
 PARAMS = {  # parameters, billions (hub model cards)
     "Qwen/Qwen3-0.6B": 0.6,
@@ -63,7 +64,7 @@ def forward_seconds(model: str, gpu: str) -> tuple[float | None, str]:
     if model not in PARAMS:
         return None, "unknown model size"
     bandwidth, source = effective_bandwidth(gpu)
-    return PARAMS[model] * 1e9 * BYTES_PER_PARAM / bandwidth, source
+    return max(PARAMS[model] * 1e9 * BYTES_PER_PARAM / bandwidth, MIN_FORWARD_S), source
 
 
 def cell_cost(cfg, run, gpu: str) -> dict:
@@ -126,7 +127,8 @@ def plan(spec: dict, shards: int = 1, gpu: str = "h100", overrides: list[str] = 
         "GPU h": df["GPU h"].sum(min_count=1),
         "wall h": df["wall h"].sum(min_count=1),
     }
-    return pd.concat([df, pd.DataFrame([total])], ignore_index=True)
+    out = pd.concat([df, pd.DataFrame([total])], ignore_index=True)
+    return out.astype(object).where(out.notna(), "")
 
 
 def main(argv: list[str] | None = None) -> str:
