@@ -84,23 +84,17 @@ def test_demo_sweep_prints_the_method_table(env):
 
 def test_a_wheel_install_finds_its_configs(tmp_path):
     """`pip install .` (not editable) ships conf/ inside the package: a run composes from anywhere."""
-    target = tmp_path / "site"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-build-isolation",
-            "--target",
-            str(target),
-            str(ROOT),
-        ],
-        check=True,
-        timeout=600,
+    source, target = tmp_path / "src", tmp_path / "site"
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, check=True, capture_output=True
     )
+    for name in listed.stdout.decode().split():  # a copy of the tree: the build writes build/ where it runs
+        path = ROOT / name
+        if path.is_file() and not path.is_symlink():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            (source / name).write_bytes(path.read_bytes())
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(target)]
+    subprocess.run([*pip, str(source)], check=True, timeout=600)
     env = {**os.environ, "PYTHONPATH": str(target)}
     code = (
         "import cactus_bench, sys; assert cactus_bench.__file__.startswith(sys.argv[1]), cactus_bench.__file__\n"

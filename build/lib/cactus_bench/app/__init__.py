@@ -1,1 +1,0 @@
-"""The Hydra app: configs, the results store, runs, tracking. Adapters over the core."""
