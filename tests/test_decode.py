@@ -217,6 +217,7 @@ def test_sps_is_lossless_over_several_rounds(small_pair, ar_law):
     assert g_test_pvalue(samples, ar_law) > P_THRESHOLD
 
 
+@pytest.mark.slow  # 3,000 decodes: with the lossless tests above, the default suite would pass 10 minutes
 def test_stopping_the_draft_at_eos_keeps_sps_lossless(small_pair):
     """With EOS = token 0 (frequent here) rounds end their draft early; the law of the whole reply (cut at
     the first EOS) is still the verifier's exact AR law."""
