@@ -248,6 +248,7 @@ def test_stopping_the_draft_at_eos_keeps_sps_lossless(small_pair):
     assert g_test_pvalue(torch.tensor(cells), torch.tensor(law)) > P_THRESHOLD
 
 
+@pytest.mark.slow  # a negative control of the lossless test (3,000 decodes): CI's slow tier
 def test_lossless_test_rejects_a_loop_without_rollback(small_pair, ar_law, monkeypatch):
     def forget_to_crop(self, length):  # bookkeeping says rolled back; the KV tensors keep rejected tokens
         self.cached = min(self.cached, length)
@@ -257,6 +258,7 @@ def test_lossless_test_rejects_a_loop_without_rollback(small_pair, ar_law, monke
     assert g_test_pvalue(samples, ar_law) < P_THRESHOLD
 
 
+@pytest.mark.slow  # a negative control of the lossless test (3,000 decodes): CI's slow tier
 def test_lossless_test_rejects_a_bonus_from_the_drafter(small_pair, ar_law):
     samples, _ = sequence_samples(*small_pair, BonusFromP(build_rule("sps")))
     assert g_test_pvalue(samples, ar_law) < P_THRESHOLD

@@ -56,6 +56,7 @@ def test_a_pair_override_maps_every_family():
     }
 
 
+@pytest.mark.slow  # decodes every run of both figure specs (about a minute): CI's slow tier
 def test_both_figures_render_from_a_fixture_store(figure_store, tmp_path):
     results, pair = figure_store
     specs = [load_spec(ROOT / "sweeps" / f"{n}.yaml", SMALL) for n in ("figure4", "lossy_tradeoff")]
@@ -68,6 +69,7 @@ def test_both_figures_render_from_a_fixture_store(figure_store, tmp_path):
     assert not (tmp_path / "figure4_notes.txt").exists()  # every Figure 4 run is there
 
 
+@pytest.mark.slow  # decodes every run of both figure specs (about a minute): CI's slow tier
 def test_curves_never_join_runs_of_another_setting(figure_store, tmp_path):
     """Asked for greedy runs, the figures find none of the sampled ones: every point is a gap."""
     results, pair = figure_store
