@@ -265,8 +265,13 @@ def identity(cfg: DictConfig) -> dict:
     }
 
 
+def key_of(ident: dict) -> str:
+    """The run key of an identity (`identity`): what names a run's folder."""
+    return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
 def run_key(cfg: DictConfig) -> str:
-    return hashlib.sha256(json.dumps(identity(cfg), sort_keys=True, default=str).encode()).hexdigest()[:10]
+    return key_of(identity(cfg))
 
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # inside the package, so wheels carry it

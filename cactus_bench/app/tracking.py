@@ -11,8 +11,6 @@ coordinates and scatter panels work out of the box; runs are grouped by experime
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -20,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from .. import metrics
 from ..methods import BASELINE
 from ..metrics import METRICS
-from .config import identity, run_key
+from .config import identity, key_of, run_key
 
 EXTRA_SUMMARY_KEYS = ("score_stderr", "wall_time", "samples", "complete")
 SAMPLE_KEYS = ("accepted_length", "acceptance_rate", "prefix_acceptance", "realised_kl", "tokens_per_s")
@@ -68,7 +66,7 @@ def reference_samples(cfg: DictConfig, folder: Path) -> dict[str, list[dict] | N
         ("sps", {"method": "sps", "params": {}}),
         ("baseline", {"method": BASELINE, "params": {}, "m": None}),
     ):
-        key = hashlib.sha256(json.dumps({**ident, **changes}, sort_keys=True, default=str).encode()).hexdigest()[:10]
+        key = key_of({**ident, **changes})
         hits = [p for p in folder.parent.glob(f"*_{key}") if (p / "summary.json").exists()]
         out[ref] = read_samples(hits[0]) if hits else None
     return out
