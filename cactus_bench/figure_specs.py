@@ -68,9 +68,11 @@ def pair_spec(spec: dict, pair: str) -> dict:
 def _points(spec, runs, data, pair, overrides, find_run, compose_cell):
     """One record per row: the run's metrics (None where the run is missing)."""
     sub = pair_spec(spec, pair)
+    # composing a cell's config takes Hydra a third of a second: only where a run of this pair and data exists
+    runs = [r for r in runs if r.config["pair"]["name"] == pair and r.config["data"]["name"] == data]
     out = []
     for row in spec["rows"]:
-        run = find_run(runs, compose_cell(sub, row, data, overrides))
+        run = find_run(runs, compose_cell(sub, row, data, overrides)) if runs else None
         s = run.summary if run is not None else {}
         out.append(
             {

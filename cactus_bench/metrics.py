@@ -10,13 +10,20 @@ A metric is one `Metric` in `METRICS`; the summary, the reports' labels, trackin
 * a *pooled* metric is a function of the pooled counters (`@pooled_metric`);
 * a *relative* metric compares a run's samples with a reference run's (`reference` = "sps" or
   "baseline", the verifier alone);
-* a metric with neither is supplied by the benchmark (the task score).
+* a *sampled* metric needs the samples themselves (`@sampled_metric`): the paired speedup, whose
+  bootstrap interval resamples items;
+* a metric with none of these is supplied by the benchmark (the task score).
+
+A metric may return an `Estimate` (value and 95 % interval); summaries and tables store the value under the
+metric's name and the interval under `<name>_ci`.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .registry import Registry
 
@@ -37,6 +44,8 @@ COUNTERS = (
     "t_other",
     "generations",
     "length_stops",
+    "paired_baseline_time",  # paired timing: the verifier alone on the same item, back to back
+    "paired_method_time",
 )
 REFERENCES = ("sps", "baseline")
 
@@ -47,8 +56,9 @@ class Metric:
     label: str  # column header in tables and figures
     fmt: str = "{:.3g}"
     pooled: Callable[[dict], float | None] | None = None  # counters -> value
-    relative: Callable[[list[dict], list[dict]], float | None] | None = None  # (samples, reference samples)
+    relative: Callable[[list[dict], list[dict]], float | Estimate | None] | None = None  # (samples, refs)
     reference: str | None = None  # which reference run `relative` needs
+    sampled: Callable[[list[dict]], float | Estimate | None] | None = None  # samples -> value
     tracked: bool = True  # logged to the tracker's run summary
     cli: bool = False  # printed by `python -m cactus_bench` at the end of a run
 
@@ -59,8 +69,8 @@ class Metric:
 def _check_metric(name: str, metric: Metric) -> None:
     if not isinstance(metric, Metric) or metric.name != name:
         raise TypeError(f"metric {name!r}: register a Metric named {name!r}")
-    if metric.pooled is not None and metric.relative is not None:
-        raise ValueError(f"metric {name!r}: pooled or relative, not both")
+    if sum(f is not None for f in (metric.pooled, metric.relative, metric.sampled)) > 1:
+        raise ValueError(f"metric {name!r}: pooled, relative or sampled, one of them")
     if (metric.relative is not None) != (metric.reference in REFERENCES):
         raise ValueError(f"metric {name!r}: a relative metric names its reference run, one of {REFERENCES}")
 
@@ -84,6 +94,47 @@ def relative_metric(label: str, reference: str, fmt: str = "{:.3g}", tracked: bo
         return fn
 
     return deco
+
+
+def sampled_metric(label: str, fmt: str = "{:.3g}", tracked: bool = True, cli: bool = False):
+    def deco(fn: Callable[[list[dict]], float | Estimate | None]):
+        METRICS.add(fn.__name__, Metric(fn.__name__, label, fmt, sampled=fn, tracked=tracked, cli=cli))
+        return fn
+
+    return deco
+
+
+class Estimate(NamedTuple):
+    value: float
+    low: float  # 95 % bootstrap interval over items
+    high: float
+    items: int
+
+
+def ratio_of_sums(pairs: list[tuple[float, float]], resamples: int = 2000, seed: int = 0) -> Estimate | None:
+    """Σ numerator / Σ denominator over items, with a percentile-bootstrap 95 % interval that resamples
+    items (seeded: the same samples give the same interval)."""
+    pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
+    den = sum(b for _, b in pairs)
+    if not pairs or not den:
+        return None
+    rng, n, stats = random.Random(seed), len(pairs), []
+    for _ in range(resamples):
+        draw = [pairs[rng.randrange(n)] for _ in range(n)]
+        d = sum(b for _, b in draw)
+        if d:
+            stats.append(sum(a for a, _ in draw) / d)
+    stats.sort()
+    return Estimate(
+        sum(a for a, _ in pairs) / den, stats[int(0.025 * len(stats))], stats[int(0.975 * len(stats)) - 1], n
+    )
+
+
+def flatten(name: str, value: float | Estimate | None) -> dict:
+    """A metric's entries in a summary: the value, and the interval of an `Estimate` under `<name>_ci`."""
+    if isinstance(value, Estimate):
+        return {name: value.value, f"{name}_ci": [value.low, value.high]}
+    return {name: value}
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:
@@ -151,19 +202,33 @@ def rej(samples: list[dict], sps_samples: list[dict]) -> float | None:
     return 100.0 * (r / r_sps - 1.0) if (r is not None and r_sps) else None
 
 
-@relative_metric("speedup", reference="baseline", fmt="{:.2f}×")
-def speedup(samples: list[dict], baseline_samples: list[dict]) -> float | None:
+@sampled_metric("speedup (paired)", "{:.2f}×", cli=True)
+def paired_speedup(samples: list[dict]) -> Estimate | None:
+    """Paired timing: each item decoded by the verifier alone and by the method back to back in one process
+    (alternating which goes first); Σ verifier-alone time / Σ method time over the items, with a bootstrap
+    95 % interval. A busy machine slows both decodes of an item alike, so the ratio keeps its meaning."""
+    return ratio_of_sums(
+        [(s["stats"].get("paired_baseline_time"), s["stats"].get("paired_method_time")) for s in samples]
+    )
+
+
+@relative_metric("speedup (task time)", reference="baseline", fmt="{:.2f}×")
+def speedup(samples: list[dict], baseline_samples: list[dict]) -> Estimate | None:
     """The paper's speedup: time(verifier alone) / time(method), summed over the items both runs finished
-    (the authors time the whole task; per-item sums leave out only the harness's own work)."""
-    figures = speedups(samples, baseline_samples)
-    return figures["task_time"] if figures else None
+    (the authors time the whole task; per-item sums leave out only the harness's own work). The two runs
+    were timed at different moments: on a shared machine this measures the load too (see paired_speedup)."""
+    base = {s["id"]: s["stats"]["wall_time"] for s in baseline_samples}
+    return ratio_of_sums([(base[s["id"]], s["stats"]["wall_time"]) for s in samples if s["id"] in base])
 
 
 @relative_metric("throughput ×", reference="baseline", fmt="{:.2f}×")
 def throughput_speedup(samples: list[dict], baseline_samples: list[dict]) -> float | None:
     """(tokens/s of the method) / (tokens/s of the verifier alone) over the items both runs finished."""
-    figures = speedups(samples, baseline_samples)
-    return figures["throughput"] if figures else None
+    base = {s["id"]: s for s in baseline_samples}
+    common = [s for s in samples if s["id"] in base]
+    if not common:
+        return None
+    return _ratio(tokens_per_s(pool(common)), tokens_per_s(pool([base[s["id"]] for s in common])))
 
 
 # --- pooling --------------------------------------------------------------------------------------------
@@ -189,33 +254,22 @@ def derive(counters: dict) -> dict:
 
 
 def decode_metrics(samples: list[dict]) -> dict:
-    """A run's decode metrics: sample count, the headline counters and every pooled metric."""
+    """A run's decode metrics: sample count, the headline counters, every pooled and sampled metric."""
     c = pool(samples)
-    return {
+    out = {
         "samples": len(samples),
         "new_tokens": c["new_tokens"] or 0,
         "verifier_calls": c["verifier_calls"] or 0,
         "wall_time": c["wall_time"] or 0,
         **derive(c),
     }
+    for m in METRICS.values():
+        if m.sampled is not None:
+            out.update(flatten(m.name, m.sampled(samples)))
+    return out
 
 
-def speedups(samples: list[dict], baseline_samples: list[dict]) -> dict | None:
-    """Wall-time speedup over the verifier alone on the samples both runs finished: throughput ratio
-    (tokens/s) and the whole-task time ratio the paper reports."""
-    base = {s["id"]: s for s in baseline_samples}
-    common = [s for s in samples if s["id"] in base]
-    if not common:
-        return None
-    ours, theirs = pool(common), pool([base[s["id"]] for s in common])
-    return {
-        "throughput": _ratio(tokens_per_s(ours), tokens_per_s(theirs)),
-        "task_time": _ratio(theirs["wall_time"], ours["wall_time"]),
-        "common_samples": len(common),
-    }
-
-
-def relative(metric: Metric, samples: list[dict], references: dict[str, list[dict] | None]) -> float | None:
+def relative(metric: Metric, samples: list[dict], references: dict[str, list[dict] | None]) -> float | Estimate | None:
     """A relative metric's value against its reference run's samples (None when that run is missing)."""
     ref = references.get(metric.reference)
     return metric.relative(samples, ref) if ref is not None else None

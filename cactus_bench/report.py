@@ -114,7 +114,7 @@ def run_overrides(spec: dict, row: dict, data: str) -> list[str]:
     ]
     for key, value in row_params(row).items():
         out.append(f"delta={value}" if key == "delta" else f"method.params.{key}={value}")
-    for key in ("limit", "max_gen_toks"):
+    for key in ("limit", "max_gen_toks", "paired_timing"):
         if spec.get(key) is not None:
             out.append(f"{key}={spec[key]}")
     return out
@@ -156,6 +156,7 @@ def cell_values(run: Run | None, sps: Run | None, ar: Run | None) -> dict:
         return {}
     s = run.summary
     out = {m.name: s.get(m.name) for m in metrics.METRICS.values() if m.relative is None}
+    out.update({f"{m.name}_ci": s.get(f"{m.name}_ci") for m in metrics.METRICS.values() if m.sampled})
     out["score_stderr"] = s.get("score_stderr")
     if run.is_baseline:
         out.update(accepted_length=None, tau=1.0)
@@ -163,7 +164,7 @@ def cell_values(run: Run | None, sps: Run | None, ar: Run | None) -> dict:
     refs = {"sps": sps.samples if sps is not None else None, "baseline": ar.samples if ar is not None else None}
     for m in metrics.METRICS.values():
         if m.relative is not None:
-            out[m.name] = metrics.relative(m, run.samples, refs)
+            out.update(metrics.flatten(m.name, metrics.relative(m, run.samples, refs)))
     return out
 
 
@@ -195,10 +196,11 @@ def build_table(spec: dict, runs: list[Run], overrides: list[str] = ()) -> tuple
                         "metric": col,
                         "ours": values.get(col),
                         "stderr": values.get("score_stderr") if col == "score" else None,
+                        "ci": values.get(f"{col}_ci"),
                         **_paper_cell(paper, spec, data, row, col),
                     }
                 )
-    columns = ["data", "label", "metric", "ours", "stderr", "paper", "paper_confidence"]
+    columns = ["data", "label", "metric", "metric_label", "ours", "stderr", "ci", "paper", "paper_confidence"]
     df = pd.DataFrame.from_records(records, columns=columns)
     df["diff"] = pd.to_numeric(df["ours"], errors="coerce") - pd.to_numeric(df["paper"], errors="coerce")
     return df, notes
@@ -226,6 +228,9 @@ def _paper_cell(*args) -> dict:
     return {"paper": value, "paper_confidence": confidence}
 
 
+SPECBENCH_LABELS = {"speedup": "speedup (ratio of mean speeds)"}  # Spec-Bench's own speedup, not the task time
+
+
 def _specbench_records(spec, data, row, run, ar, paper):
     if run is not None:
         table = specbench.speed_metrics(run.samples, ar.samples if ar is not None else None)
@@ -243,6 +248,8 @@ def _specbench_records(spec, data, row, run, ar, paper):
                     "metric": col,
                     "ours": ours,
                     "stderr": None,
+                    "ci": vals.get(f"{col}_ci"),
+                    "metric_label": SPECBENCH_LABELS.get(col),
                     **_paper_cell(paper, spec, data, row, col, category),
                 }
             )
@@ -286,12 +293,18 @@ def wide(df: pd.DataFrame) -> pd.DataFrame:
         text = _fmt(r["ours"], r["metric"])
         if r["stderr"] is not None and not pd.isna(r["stderr"]) and r["ours"] is not None:
             text += f" ± {r['stderr']:.1f}"
+        if isinstance(r.get("ci"), (list, tuple)) and r["ours"] is not None:
+            low, high = (_fmt(v, r["metric"]).rstrip("×") for v in r["ci"])
+            text += f" [{low}, {high}]"
         if r["paper"] is not None and not pd.isna(r["paper"]):
             mark = UNVERIFIED_MARK if r.get("paper_confidence") == "unverified" else ""
             text += f" ({_fmt(r['paper'], r['metric'])}{mark})"
         return text
 
-    df = df.assign(cell=df.apply(cell, axis=1), column=df["data"] + " " + df["metric"].map(_label))
+    labels = df["metric"].map(_label)
+    if "metric_label" in df:
+        labels = df["metric_label"].fillna(labels)
+    df = df.assign(cell=df.apply(cell, axis=1), column=df["data"] + " " + labels)
     order = list(dict.fromkeys(df["label"]))
     return df.pivot(index="label", columns="column", values="cell").reindex(order)[list(dict.fromkeys(df["column"]))]
 
@@ -421,23 +434,51 @@ def _delta_label(r) -> str:
     return f" δ={r['delta']:g}" if r["delta"] is not None and not pd.isna(r["delta"]) else ""
 
 
+MARKERS = "os^Dvp<>h*"
+
+
+def _method_styles(methods) -> dict[str, dict]:
+    """One colour and marker per method (stable across a figure's panels)."""
+    return {m: {"marker": MARKERS[i % len(MARKERS)], "color": f"C{i % 10}"} for i, m in enumerate(sorted(methods))}
+
+
 def _tradeoff_figure(plt, save, name, title, g, ver):
-    """Score against AL, the verifier's ±1σ band behind."""
-    fig, ax = plt.subplots(figsize=(5, 3.6))
+    """Score (± one standard error) against AL, the verifier's ±1σ band behind. Hollow markers of
+    decreasing size, so methods drawn on the same spot both stay visible; every δ is labelled."""
+    fig, ax = plt.subplots(figsize=(5.6, 3.9))
     if len(ver) and ver["score"].notna().any():
         v = ver.iloc[0]
         sd = v["score_stderr"] or 0.0
-        ax.axhspan(v["score"] - sd, v["score"] + sd, color="grey", alpha=0.25, label="verifier ±1σ")
+        ax.axhspan(v["score"] - sd, v["score"] + sd, color="grey", alpha=0.25, label="verifier alone ±1σ")
         ax.axhline(v["score"], color="grey", lw=1)
-    for method, h in g.groupby("method"):
+    styles = _method_styles(g["method"].unique())
+    for i, (method, h) in enumerate(g.groupby("method", sort=True)):
+        h = h.sort_values("accepted_length")
         ax.errorbar(
-            h["accepted_length"], h["score"], yerr=h["score_stderr"].fillna(0), fmt="o", label=method, capsize=2
+            h["accepted_length"],
+            h["score"],
+            yerr=h["score_stderr"].fillna(0),
+            fmt=styles[method]["marker"],
+            color=styles[method]["color"],
+            mfc="none",
+            ms=11 - 2 * (i % 4),
+            mew=1.6,
+            capsize=3,
+            label=method,
         )
-        for _, r in h.iterrows():
+        for j, (_, r) in enumerate(h.iterrows()):
             if _delta_label(r):
-                ax.annotate(_delta_label(r).strip(), (r["accepted_length"], r["score"]), fontsize=7)
-    ax.set(xlabel="accepted length AL", ylabel="score", title=f"Score vs AL — {title}")
-    ax.legend(fontsize=7)
+                ax.annotate(
+                    _delta_label(r).strip(),
+                    (r["accepted_length"], r["score"]),
+                    xytext=(7, 7 if j % 2 == 0 else -11),
+                    textcoords="offset points",
+                    fontsize=7,
+                    color=styles[method]["color"],
+                )
+    ax.set(xlabel="accepted length AL (drafts accepted per verifier call)", ylabel="score (± 1 s.e.)")
+    ax.set_title(f"Score vs AL — {title}", fontsize=10)
+    ax.legend(fontsize=7, loc="best")
     save(fig, f"fig1_tradeoff_{name}")
 
 
@@ -458,20 +499,36 @@ def _delta_grid_figure(plt, save, name, title, g):
     save(fig, f"fig2_delta_grid_{name}")
 
 
+def _speedup_of(run: Run, ar_run: Run) -> tuple[metrics.Estimate | None, str]:
+    """The paired speedup where the run has paired times, else the task-time ratio against the separate
+    verifier-alone run; each with its bootstrap 95 % interval, and which one it is."""
+    paired = metrics.paired_speedup(run.samples)
+    if paired is not None:
+        return paired, "paired"
+    return metrics.speedup(run.samples, ar_run.samples), "task time"
+
+
 def _speedup_figure(plt, save, name, title, g, ar_run):
-    """The paper's speedup: time(verifier alone) / time(method) over the items both decoded."""
-    labels, values = [], []
-    for _, r in g.iterrows():
-        value = metrics.speedup(r["run"].samples, ar_run.samples)
-        if value:
+    """Wall-time speedup over the verifier alone, with its 95 % interval (paired timing where stored)."""
+    labels, values, lows, highs, kinds = [], [], [], [], set()
+    for _, r in g.sort_values(["method", "delta"]).iterrows():
+        est, kind = _speedup_of(r["run"], ar_run)
+        if est is not None:
             labels.append(r["method"] + _delta_label(r))
-            values.append(value)
+            values.append(est.value)
+            lows.append(est.value - est.low)
+            highs.append(est.high - est.value)
+            kinds.add(kind)
     if not values:
         return
-    fig, ax = plt.subplots(figsize=(5, 3.2))
-    ax.barh(labels, values)
+    fig, ax = plt.subplots(figsize=(6.2, 0.5 * len(values) + 1.4))
+    ax.barh(labels, values, xerr=[lows, highs], capsize=4, color="C0", alpha=0.8)
+    for y, (v, up) in enumerate(zip(values, highs)):
+        ax.annotate(f"{v:.2f}×", (v + up, y), xytext=(5, -3), textcoords="offset points", fontsize=7)
     ax.axvline(1.0, color="k", lw=1)
-    ax.set(xlabel="wall-time speedup over the verifier alone", title=f"Speedup — {title}")
+    ax.invert_yaxis()
+    ax.set(xlabel=f"speedup over the verifier alone ({' / '.join(sorted(kinds))}; 95 % bootstrap interval)")
+    ax.set_title(f"Speedup — {title}", fontsize=10)
     save(fig, f"fig3_speedup_{name}")
 
 

@@ -58,6 +58,8 @@ def cell_config(spec: dict, row: dict, data: str) -> dict:
     for key in ("limit", "max_gen_toks"):
         if spec.get(key) is not None:
             node[key] = int(spec[key])
+    if spec.get("paired_timing") is not None:
+        node["paired_timing"] = bool(spec["paired_timing"])
     return node
 
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -167,6 +168,24 @@ def test_specbench_runs_and_writes_its_answer_schema(small_pair_dir, tmp_path):
     assert summaries["cactus"]["specbench"]["mt_bench"]["tau"] >= 1
 
 
+def test_paired_timing_decodes_the_verifier_alone_beside_each_item(small_pair_dir, tmp_path):
+    """Each item's verifier-alone decode is the verifier-alone run's own (same seed, same tokens), timed
+    back to back with the method's, first on every other item; the run's identity does not change."""
+    common = ("pair=tiny", "data=arith", "limit=4", "m=2", "max_gen_toks=10", "progress=false")
+    ar_cfg = cfg_of(*common, "method=ar", results=tmp_path, pair_dir=small_pair_dir)
+    run_mod.run(ar_cfg)
+    cfg = cfg_of(*common, "method=sps", "paired_timing=true", results=tmp_path, pair_dir=small_pair_dir)
+    summary = run_mod.run(cfg)
+    samples, ar_samples = RunStore(run_dir(cfg)).samples(), RunStore(run_dir(ar_cfg)).samples()
+    assert [s["stats"]["paired_baseline_first"] for s in samples] == [True, False, True, False]
+    assert [s["stats"]["paired_baseline_tokens"] for s in samples] == [len(a["tokens"]) for a in ar_samples]
+    assert all(s["stats"]["paired_baseline_time"] > 0 and s["stats"]["paired_method_time"] > 0 for s in samples)
+    low, high = summary["paired_speedup_ci"]
+    assert low <= summary["paired_speedup"] <= high
+    assert run_dir(cfg) == run_dir(cfg_of(*common, "method=sps", results=tmp_path, pair_dir=small_pair_dir))
+    assert run_mod.run(ar_cfg)["paired_speedup"] is None  # the verifier alone is not paired with itself
+
+
 def test_killed_run_resumes_without_duplicates_or_recomputation(small_pair_dir, tmp_path, monkeypatch):
     args = ("pair=tiny", "data=arith", "method=sps", "limit=5", "m=2", "max_gen_toks=10", "progress=false")
     cfg = cfg_of(*args, results=tmp_path, pair_dir=small_pair_dir)
@@ -244,6 +263,7 @@ def fixture_store(small_pair_dir, tmp_path_factory):
             "m=3",
             "limit=3",
             "max_gen_toks=10",
+            "paired_timing=true",
             "progress=false",
         ] + ([f"delta={row['delta']}"] if "delta" in row else [])
         run_mod.run(cfg_of(*overrides, results=results, pair_dir=small_pair_dir))
@@ -253,10 +273,13 @@ def fixture_store(small_pair_dir, tmp_path_factory):
 def test_table_from_a_fixture_store(fixture_store, small_pair_dir, tmp_path):
     spec = load_spec(ROOT / "sweeps" / "demo.yaml", {"m": 3, "max_gen_toks": 10})
     md, path = render_table(spec, load_runs(fixture_store), tmp_path, pair_overrides(small_pair_dir))
-    for label in ("Verifier", "SpS", "TAS", "Cactus δ=0.5", "Cactus δ=1.0"):
-        assert label in md
+    for row in spec["rows"]:
+        assert row["label"] in md
     assert {p.suffix for p in tmp_path.iterdir()} == {".csv", ".md", ".tex"}
     assert "+0%" in md  # SpS's Rej against itself
+    sps_row = next(line for line in md.splitlines() if line.startswith("| SpS "))
+    assert re.search(r"\d\.\d\d× \[\d\.\d\d, \d\.\d\d\]", sps_row)  # paired speedup [95 % interval]
+    assert "speedup (paired)" in md and "speedup (task time)" in md
     assert "no run for" not in md and "no SpS run" not in md
 
 
@@ -269,11 +292,11 @@ def test_tables_and_figures_match_runs_on_their_full_identity(fixture_store, sma
 
     store = tmp_path / "runs"
     shutil.copytree(fixture_store, store)
-    greedy = ["pair=tiny", "data=arith", "method=cactus", "delta=0.5", "m=3", "limit=2", "max_gen_toks=10"]
+    spec = load_spec(ROOT / "sweeps" / "demo.yaml", {"m": 3, "max_gen_toks": 10})
+    row = next(r for r in spec["rows"] if r["method"] == "cactus")
+    greedy = ["pair=tiny", "data=arith", "method=cactus", f"delta={row['delta']}", "m=3", "limit=2", "max_gen_toks=10"]
     run_mod.run(cfg_of(*greedy, "sampling=greedy", "progress=false", results=store, pair_dir=small_pair_dir))
     runs = load_runs(store)
-    spec = load_spec(ROOT / "sweeps" / "demo.yaml", {"m": 3, "max_gen_toks": 10})
-    row = {"label": "Cactus δ=0.5", "method": "cactus", "delta": 0.5}
     from cactus_bench.report import compose_cell
 
     sampled = find_run(runs, compose_cell(spec, row, "arith", pair_overrides(small_pair_dir)))

@@ -30,20 +30,47 @@ def replay(item):
     """Recompute the answer from the question alone, and check every worked step against it."""
     value = int(item.question.split(" has ")[1].split(" ")[0])
     moves = re.findall(r"(buys|finds|gets|wins|gives away|loses|sells|uses) (\d+)", item.question)
-    results = [int(x) for x in re.findall(r"(?:= |(?:plus|minus) \d+ is )(\d+)\.", item.answer)]
-    assert len(results) == len(moves)
+    results = [int(x) for x in re.findall(r"(?:= | is )(\d+)\.", item.answer)]
+    assert len(results) == len(moves) == arith.STEPS
     for (verb, n), got in zip(moves, results):
         value = value + int(n) if verb in ("buys", "finds", "gets", "wins") else value - int(n)
-        assert value >= 0 and got == value
+        assert arith.LOW <= value <= arith.HIGH and got == value
     return value
 
 
 def test_arith_worked_solutions_are_right():
     items = arith.generate("train", 500, seed=3)
     for it in items:
-        assert 2 <= it.question.count("then") <= 3
-        assert str(replay(it)) == it.gold
-    assert len({it.answer.split(".")[0].split(" ")[1] for it in items}) > 1  # phrasings vary
+        assert str(replay(it)) == it.gold == str(it.problem.gold())
+    assert len({it.answer.split(" ")[1] for it in items}) > 1  # phrasings vary
+
+
+def test_writers_slip_where_they_are_told_and_carry_on_from_the_slip():
+    """A writer who always drops carries writes every carry step ten too low and continues from there;
+    borrows untouched. The questions do not depend on who writes the answers."""
+    careless = arith.Writer(carry_slip=1.0)
+    gold, slipped = arith.generate("train", 300, seed=1), arith.generate("train", 300, seed=1, writer=careless)
+    assert [it.question for it in gold] == [it.question for it in slipped]
+    carries = 0
+    for g, s in zip(gold, slipped):
+        got = [int(x) for x in re.findall(r"(?:= | is )(\d+)\.", s.answer)]
+        want, value = [], g.problem.start
+        for (op, n), event in zip(g.problem.moves, g.problem.events()):
+            value = value + n - 10 * (event == "carry") if op == "+" else value - n
+            want.append(value)
+        carries += g.problem.events().count("carry")
+        assert got == want and s.gold == str(value)
+    assert carries > 50
+
+
+def test_critical_digits_point_at_the_tens_digit_of_each_carry_or_borrow():
+    items = [it for it in arith.generate("test", 200) if any(it.problem.events())]
+    for it in items:
+        found = arith.critical_digits(it)
+        assert [e for _, e, _, _ in found] == [e for e in it.problem.events() if e]
+        for offset, event, right, slip in found:
+            assert it.answer[offset : offset + 2] == right and right[0] == " "
+            assert int(slip) == int(right) + (-1 if event == "carry" else 1)
 
 
 def test_strict_match_scores_gold_and_rejects_shifted_answers():
@@ -68,11 +95,11 @@ def test_strict_match_is_lm_evals_gsm8k_strict_filter():
 
 def test_tokenizer_round_trips_and_splits_digits():
     tok = train_tokenizer(chat_text(it.question, it.answer) for it in arith.generate("train", 500))
-    text = chat_text("Mia has 27 pens, then buys 15. How many pens now?", "27 + 15 = 42.\n#### 42")
+    text = chat_text("Mia has 27 pens, buys 15. How many now?", "27 + 15 = 42.\n#### 42")
     ids = tok(text, add_special_tokens=False)["input_ids"]
     assert tok.decode(ids) == text
-    digits = [tok.convert_ids_to_tokens(i) for i in tok("1234", add_special_tokens=False)["input_ids"]]
-    assert digits == ["1", "2", "3", "4"]
+    digits = [tok.convert_ids_to_tokens(i) for i in tok("1234 56", add_special_tokens=False)["input_ids"]]
+    assert digits == ["1", "2", "3", "4", "Ġ5", "6"]  # one digit per token; a space stays with its digit
     templ = tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False)
     assert templ == chat_text("hi")
 

@@ -3,6 +3,7 @@
 import hashlib
 import importlib
 import json
+import random
 import re
 import subprocess
 import sys
@@ -192,8 +193,36 @@ def test_speedup_is_the_task_time_ratio_and_throughput_is_the_second_figure():
 
     method = [_sample(0, 100, 2.0), _sample(1, 300, 2.0)]  # 400 tokens in 4 s
     base = [_sample(0, 50, 3.0), _sample(1, 150, 3.0), _sample(2, 10, 9.0)]  # item 2: not in the method's run
-    assert metrics.speedup(method, base) == pytest.approx(6.0 / 4.0)
+    assert metrics.speedup(method, base).value == pytest.approx(6.0 / 4.0)
+    assert metrics.speedup(method, base).items == 2
     assert metrics.throughput_speedup(method, base) == pytest.approx((400 / 4) / (200 / 6))
+
+
+def _paired(base_seconds, method_seconds):
+    return {"id": 0, "stats": {"paired_baseline_time": base_seconds, "paired_method_time": method_seconds}}
+
+
+def test_paired_speedup_is_the_ratio_of_summed_times_with_a_bootstrap_interval():
+    from cactus_bench import metrics
+
+    rng = random.Random(0)
+    samples = [_paired(b, b / rng.uniform(1.2, 1.8)) for b in (rng.uniform(0.05, 0.5) for _ in range(200))]
+    est = metrics.paired_speedup(samples)
+    total = sum(s["stats"]["paired_baseline_time"] for s in samples) / sum(
+        s["stats"]["paired_method_time"] for s in samples
+    )
+    assert est.value == pytest.approx(total) and est.items == 200
+    assert 1.2 < est.low < est.value < est.high < 1.8 and est.high - est.low < 0.1
+    assert metrics.paired_speedup(samples) == est  # seeded: the same samples, the same interval
+    wider = metrics.paired_speedup(samples[:20])  # fewer items, a wider interval
+    assert wider.high - wider.low > est.high - est.low
+    constant = metrics.paired_speedup([_paired(b, b / 2) for b in (0.1, 0.3, 0.2, 0.7)])
+    assert constant.low == pytest.approx(2.0) and constant.high == pytest.approx(2.0)  # no spread, no width
+    # items decoded without paired timing are left out, not counted as zero
+    assert metrics.paired_speedup([*samples, {"id": 1, "stats": {"wall_time": 9.0}}]) == est
+    assert metrics.paired_speedup([{"id": 1, "stats": {"wall_time": 9.0}}]) is None
+    summary = metrics.decode_metrics([{**s, "stats": {**s["stats"], "new_tokens": 1}} for s in samples])
+    assert summary["paired_speedup"] == est.value and summary["paired_speedup_ci"] == [est.low, est.high]
 
 
 def test_acceptance_rate_counts_every_position_and_prefix_acceptance_the_prefix():

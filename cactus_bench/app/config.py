@@ -91,6 +91,7 @@ class RunConfig:
     limit: int | None = None
     max_gen_toks: int = 4096
     shard: str | None = None  # "i/n": decode only this share of the items (see app/store.py)
+    paired_timing: bool = False  # also decode each item with the verifier alone, back to back (metrics.paired_speedup)
     experiment_name: str = "default"
     results_dir: str = "results/runs"
     progress: bool = True

@@ -68,6 +68,7 @@ def run(cfg: DictConfig) -> dict:
         seed=cfg.seed,
         engine=OmegaConf.to_container(cfg.engine),
         add_bos_token=cfg.pair.add_bos_token,
+        paired_timing=cfg.paired_timing,
     )
     bench.prepare(lm, f"{cfg.pair.name}-{method.tag}")
     store = RunStore.open(cfg)  # takes the run's (or shard's) lock: one writer per file
@@ -94,7 +95,7 @@ def run(cfg: DictConfig) -> dict:
             store.append(record)
             finished.append(record)
             tracker.log_sample(len(finished), record)
-            live = metrics.decode_metrics(finished)
+            live = metrics.derive(metrics.pool(finished))
             bar.set_postfix(AL=f"{live['accepted_length'] or 0:.2f}", tok_s=f"{live['tokens_per_s'] or 0:.1f}")
         summary = merge(cfg, method, bench, store, [bench.key(item) for item in items])
         store.finish("complete" if summary["complete"] else "incomplete")

@@ -26,7 +26,8 @@ SAMPLE_KEYS = ("accepted_length", "acceptance_rate", "prefix_acceptance", "reali
 
 def summary_keys() -> list[str]:
     """Stable summary names (the tracked metrics' own), so dashboards compare methods across runs."""
-    return [m.name for m in METRICS.values() if m.tracked] + list(EXTRA_SUMMARY_KEYS)
+    intervals = [f"{m.name}_ci" for m in METRICS.values() if m.tracked and m.sampled is not None]
+    return [m.name for m in METRICS.values() if m.tracked] + intervals + list(EXTRA_SUMMARY_KEYS)
 
 
 class NullTracker:
@@ -122,9 +123,9 @@ class WandbTracker(NullTracker):
             refs = reference_samples(self.cfg, self.folder)
             for m in METRICS.values():
                 if m.relative is not None:
-                    value = metrics.relative(m, samples, refs)
-                    if value is not None:
-                        self.run.summary[m.name] = value
+                    for key, value in metrics.flatten(m.name, metrics.relative(m, samples, refs)).items():
+                        if value is not None:
+                            self.run.summary[key] = value
             counts = [a for s in samples for a in s.get("rounds_accepted", [])]
             if counts:
                 self.run.log({"accepted_length_histogram": self.wandb.Histogram(counts)})

@@ -16,7 +16,7 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
 from ..decode import GenerationOutput
-from ..methods import Method
+from ..methods import BASELINE, Method
 from ..models import Pair, load_pair
 from .filters import remove_thinking
 
@@ -37,11 +37,20 @@ class Generation:
     text: str  # the reply lm-eval scores: cut at the first stop string (thinking kept: a filter removes it)
     raw_text: str  # everything the model emitted
     output: GenerationOutput
+    paired: dict | None = None  # paired timing: the verifier alone's decode time of the same request
+
+    def stats(self) -> dict:
+        """The decode's statistics (`GenerationOutput.summary`), with the paired times where there are any."""
+        return self.output.summary() | (self.paired or {})
 
 
 class CactusLM(LM):
     """lm-eval model over a loaded pair. `sampling` holds temperature/top_k/top_p (the task's own
-    greedy settings are ignored: the paper samples); `max_gen_toks` caps every request."""
+    greedy settings are ignored: the paper samples); `max_gen_toks` caps every request.
+
+    With `paired_timing`, every request is also decoded by the verifier alone, back to back with the
+    method's decode and alternating which goes first, from the same seed the verifier-alone run uses (so
+    it is that run's decode of the request, timed again beside the method's)."""
 
     def __init__(
         self,
@@ -53,6 +62,7 @@ class CactusLM(LM):
         filter_thinking: bool = True,
         engine: dict | None = None,
         add_bos_token: bool = False,
+        paired_timing: bool = False,
     ):
         super().__init__()
         self.pair, self.method, self.sampling = pair, method, dict(sampling)
@@ -62,6 +72,8 @@ class CactusLM(LM):
         self.filter_thinking = filter_thinking
         self.add_bos_token = add_bos_token  # lm-eval adds a BOS for Gemma models (see conf/pair/gemma2_*)
         self.records: list[dict] = []  # per request: decode statistics, for lm-eval-driven runs
+        self.paired = Method(BASELINE) if paired_timing and method.uses_drafter else None
+        self._pairs = 0  # paired requests so far: even ones time the verifier alone first
 
     SAMPLING_ARGS = ("temperature", "top_k", "top_p")
     PAIR_ARGS = ("drafter", "verifier", "dtype", "device", "revision")
@@ -101,34 +113,50 @@ class CactusLM(LM):
         tok = self.pair.tokenizer
         ids = tok(context, add_special_tokens=self.add_bos_token)["input_ids"]
         device = self.pair.verifier.get_input_embeddings().weight.device
-        generator = torch.Generator(device=device).manual_seed(stable_seed(self.seed, key))
         stops = [s for s in until if s]
         window = max((len(s) for s in stops), default=0) + 16
 
         def stop(tokens: list[int]) -> bool:  # only the tail can newly contain a stop string
             return any(s in tok.decode(tokens[-window:]) for s in stops)
 
-        out = self.method.generate(
-            self.pair.drafter,
-            self.pair.verifier,
-            ids,
-            max_new_tokens=self.max_gen_toks,
-            generator=generator,
-            eos_token_id=self.pair.eos_token_id,
-            stop=stop if stops else None,
-            **self.sampling,
-            **self.engine,
-        )
+        def decode(method: Method) -> GenerationOutput:
+            return method.generate(
+                self.pair.drafter,
+                self.pair.verifier,
+                ids,
+                max_new_tokens=self.max_gen_toks,
+                generator=torch.Generator(device=device).manual_seed(stable_seed(self.seed, key)),
+                eos_token_id=self.pair.eos_token_id,
+                stop=stop if stops else None,
+                **self.sampling,
+                **self.engine,
+            )
+
+        paired = None
+        if self.paired is None:
+            out = decode(self.method)
+        else:
+            baseline_first = self._pairs % 2 == 0
+            self._pairs += 1
+            base = decode(self.paired) if baseline_first else None
+            out = decode(self.method)
+            base = base or decode(self.paired)
+            paired = {
+                "paired_baseline_time": base.wall_time,
+                "paired_method_time": out.wall_time,
+                "paired_baseline_first": baseline_first,
+                "paired_baseline_tokens": len(base.tokens),
+            }
         raw = tok.decode(out.tokens, skip_special_tokens=True)
         text, _ = cut_at_stop(raw, stops)
-        return Generation(text, raw, out)
+        return Generation(text, raw, out, paired)
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         texts = []
         for req in requests:
             context, gen_kwargs = req.args
             gen = self.generate(context, list(gen_kwargs.get("until", [])), (req.task_name, req.doc_id))
-            self.records.append({"task": req.task_name, "doc_id": req.doc_id, **gen.output.summary()})
+            self.records.append({"task": req.task_name, "doc_id": req.doc_id, **gen.stats()})
             texts.append(remove_thinking(gen.text) if self.filter_thinking else gen.text)
         return texts
 

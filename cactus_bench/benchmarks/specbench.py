@@ -38,7 +38,7 @@ def answer_question(lm: CactusLM, question: dict, model_id: str) -> tuple[dict, 
         wall.append(out.wall_time)
         accept_lengths += out.rounds.emitted  # Spec-Bench: tokens per decoding step, bonus included
         accepted += out.rounds.accepted
-        stats.append(out.summary())
+        stats.append(gen.stats())
     return {
         "question_id": question["question_id"],
         "category": question["category"],
@@ -69,7 +69,8 @@ def speed_metrics(samples: list[dict], baseline: list[dict] | None) -> dict[str,
     """Per subtask and overall, over stored samples (`answer` in Spec-Bench's schema, `stats`, `category`):
     τ and AL pooled over decoding steps (the metrics' own definitions), tokens/s (Spec-Bench's per-question
     speed, averaged), and against the AR baseline (same question ids) Spec-Bench's speedup, the ratio of
-    mean speeds (`evaluation/speed.py`), plus the mean of per-question ratios for comparison."""
+    mean speeds (`evaluation/speed.py`), plus the mean of per-question ratios for comparison; with paired
+    timing, the paired speedup (summed times, bootstrap interval) too."""
 
     def speed(sample):
         c = sample["answer"]["choices"][0]
@@ -96,6 +97,7 @@ def speed_metrics(samples: list[dict], baseline: list[dict] | None) -> dict[str,
         if paired:  # Spec-Bench's speed.py: mean speed of the method / mean speed of the baseline
             row["speedup"] = statistics.mean(speed(s) for s in paired) / statistics.mean(base[s["id"]] for s in paired)
             row["speedup_mean_of_ratios"] = statistics.mean(speed(s) / base[s["id"]] for s in paired)
+        row.update(metrics.flatten("paired_speedup", metrics.paired_speedup(group)))
         out[name] = row
     return out
 

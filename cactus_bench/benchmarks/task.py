@@ -32,7 +32,7 @@ class TaskBenchmark:
             "response": gen.text,
             "raw_response": gen.raw_text,
             "tokens": gen.output.tokens,
-            "stats": gen.output.summary(),
+            "stats": gen.stats(),
             "rounds_accepted": gen.output.rounds.accepted,
             "scores": self.scorer.score(item.index, gen.text),
             "finished_at": time.time(),

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from ..decode import speculative_generate
+from ..decode.warp import Warper
 from ..utils import write_text_atomic
 from . import arith
 from .tokenizer import chat_text, train_tokenizer
@@ -28,10 +29,16 @@ from .train import encode_examples, model_config, train
 
 # The recipe. Changing it changes the cache folder's name, so old caches are never mistaken for new ones.
 SPEC = {
-    "version": 1,
+    "version": 2,
     "seed": 0,
     "tokenizer_vocab": 384,
     "max_positions": 8192,  # trained on short items, but must accept long prompts (GSM8K 5-shot) without error
+    # Who writes each model's training solutions (see `arith`: the drafter drops carries, both drop borrows).
+    "writers": {
+        "verifier": {"carry_slip": 0.28, "borrow_slip": 0.3},
+        # the smaller drafter over-slips borrows: 0.17 here makes its slips match the verifier's at T = 0.6
+        "drafter": {"carry_slip": 0.95, "borrow_slip": 0.17, "step_weights": [0.7, 0.15, 0.15]},
+    },
     "verifier": {
         "hidden": 128,
         "layers": 4,
@@ -48,7 +55,7 @@ SPEC = {
         "heads": 4,
         "kv_heads": 2,
         "intermediate": 256,
-        "steps": 600,
+        "steps": 500,
         "batch": 32,
         "lr": 3e-3,
     },
@@ -63,6 +70,30 @@ SPEC = {
     },
 }
 MANIFEST = "manifest.json"
+ROLES = ("verifier", "drafter")
+
+
+class Progress:
+    """The build's share done and its expected remaining time, logged every ~10 %. Work is counted in
+    steps x layers x width (a step's cost on a CPU is about proportional), and the rate is measured."""
+
+    def __init__(self, total_work: float, log: Callable[[str], None]):
+        self.total, self.done, self.log = total_work, 0.0, log
+        self.start, self.next_report = time.perf_counter(), 0.1
+
+    def step_fn(self, work_per_step: float) -> Callable[[], None]:
+        def step():
+            self.done += work_per_step
+            share = self.done / self.total
+            if share >= self.next_report:
+                elapsed = time.perf_counter() - self.start
+                left = elapsed * (1 - share) / share
+                self.log(
+                    f"  building the embedded pair: {share:.0%} done, {elapsed:.0f}s so far, about {left:.0f}s left"
+                )
+                self.next_report = share + 0.1
+
+        return step
 
 
 def default_cache_dir() -> Path:
@@ -70,7 +101,13 @@ def default_cache_dir() -> Path:
 
 
 def spec_hash(spec: dict) -> str:
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
+    """The recipe and a sample of the task it trains on: a change to either names a new cache folder."""
+    task = [
+        item.question + item.answer
+        for writer in spec["writers"].values()
+        for item in arith.generate("train", 50, spec["seed"], arith.Writer.from_dict(writer))
+    ]
+    return hashlib.sha256(json.dumps([spec, task], sort_keys=True).encode()).hexdigest()[:10]
 
 
 def pair_dir(cache_dir: Path | None = None, spec: dict = SPEC) -> Path:
@@ -141,19 +178,22 @@ def build(out: Path, spec: dict = SPEC, log: Callable[[str], None] = print) -> d
     t0 = time.perf_counter()
     seed = spec["seed"]
     torch.manual_seed(seed)
-    train_items = arith.generate("train", arith.TRAIN_SIZE, seed)
-    tok = train_tokenizer((chat_text(i.question, i.answer) for i in train_items[:5000]), spec["tokenizer_vocab"])
+    train_items = {
+        role: arith.generate("train", arith.TRAIN_SIZE, seed, arith.Writer.from_dict(w))
+        for role, w in spec["writers"].items()
+    }
+    texts = (chat_text(i.question, i.answer) for i in train_items["verifier"][:5000])
+    tok = train_tokenizer(texts, spec["tokenizer_vocab"])
     eos, pad = tok.convert_tokens_to_ids("<|im_end|>"), tok.pad_token_id
-    examples = encode_examples(
-        tok, [chat_text(i.question) for i in train_items], [i.answer + "<|im_end|>" for i in train_items]
-    )
-    log(
-        f"embedded pair: tokenizer ({len(tok)} tokens) and {len(examples)} training items ready "
-        f"({time.perf_counter() - t0:.0f}s)"
-    )
+    log(f"embedded pair: tokenizer ({len(tok)} tokens) ready ({time.perf_counter() - t0:.0f}s)")
+    progress = Progress(sum(spec[r]["steps"] * spec[r]["layers"] * spec[r]["hidden"] for r in ROLES), log)
     models = {}
-    for role in ("verifier", "drafter"):
+    for role in ROLES:
         s = spec[role]
+        items = train_items[role]
+        examples = encode_examples(
+            tok, [chat_text(i.question) for i in items], [i.answer + "<|im_end|>" for i in items]
+        )
         cfg = model_config(
             len(tok),
             s["hidden"],
@@ -165,9 +205,16 @@ def build(out: Path, spec: dict = SPEC, log: Callable[[str], None] = print) -> d
             pad,
             spec["max_positions"],
         )
-        log(f"training the {role} ({s['layers']} layers x {s['hidden']} wide)")
+        log(f"training the {role} ({s['layers']} layers x {s['hidden']} wide, {s['steps']} steps)")
         models[role] = train(
-            cfg, examples, steps=s["steps"], batch_size=s["batch"], lr=s["lr"], seed=seed + (role == "drafter"), log=log
+            cfg,
+            examples,
+            steps=s["steps"],
+            batch_size=s["batch"],
+            lr=s["lr"],
+            seed=seed + (role == "drafter"),
+            log=log,
+            on_step=progress.step_fn(s["layers"] * s["hidden"]),
         )
         models[role].generation_config.eos_token_id = eos
         models[role].generation_config.pad_token_id = pad
@@ -187,11 +234,41 @@ def build(out: Path, spec: dict = SPEC, log: Callable[[str], None] = print) -> d
 
 
 def format_quality(q: dict) -> str:
+    slips = "; ".join(
+        f"{role} writes a slipped {event} digit {p['mean']:.0%} (10-90 %: {p['p10']:.0%}-{p['p90']:.0%})"
+        for role, events in q.get("slip_probability", {}).items()
+        for event, p in events.items()
+    )
     return (
-        f"verifier accuracy {q['verifier_accuracy']:.1%}, drafter accuracy {q['drafter_accuracy']:.1%}, "
+        f"verifier accuracy {q['verifier_accuracy']:.1%}, drafter accuracy {q['drafter_accuracy']:.1%}, {slips}, "
         f"SpS acceptance {q['sps_acceptance']:.2f} (T={q['temperature']}, m={q['m']}), "
         f"built in {q.get('build_seconds', float('nan')):.0f}s"
     )
+
+
+def critical_slip_probability(model, tok, items: list[arith.Item], warper: Warper) -> dict[str, dict]:
+    """Per event (carry, borrow): the probability, after the sampling warpers, that `model` writes the
+    slipped tens digit where the gold solution has the right one (teacher-forced on gold answers): its mean
+    over the events, and its 10th and 90th percentiles (how evenly the model is unsure)."""
+    found: dict[str, list[float]] = {}
+    for item in items:
+        for offset, event, _right, slip in arith.critical_digits(item):
+            prefix = chat_text(item.question) + item.answer[:offset]
+            ids = tok(prefix, add_special_tokens=False)["input_ids"]
+            slipped = tok(prefix + slip, add_special_tokens=False)["input_ids"]
+            assert slipped[: len(ids)] == ids, "the slipped digit must start a new token"
+            with torch.no_grad():
+                probs = warper(model(torch.tensor([ids])).logits[0, -1])
+            found.setdefault(event, []).append(probs[slipped[len(ids)]].item())
+    out = {}
+    for event, values in sorted(found.items()):
+        values.sort()
+        out[event] = {
+            "mean": round(sum(values) / len(values), 4),
+            "p10": round(values[len(values) // 10], 4),
+            "p90": round(values[(9 * len(values)) // 10], 4),
+        }
+    return out
 
 
 def measure_quality(drafter, verifier, tok, spec: dict) -> dict:
@@ -215,6 +292,10 @@ def measure_quality(drafter, verifier, tok, spec: dict) -> dict:
             )
         texts = tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
         acc[role] = sum(arith.strict_match(t, i.gold) for t, i in zip(texts, items)) / len(items)
+    slips = {
+        role: critical_slip_probability(model, tok, items, Warper(**sampling))
+        for role, model in (("verifier", verifier), ("drafter", drafter))
+    }
     drafted = accepted = 0
     g = torch.Generator().manual_seed(spec["seed"])
     for item in items[: e["accept_prompts"]]:
@@ -236,6 +317,7 @@ def measure_quality(drafter, verifier, tok, spec: dict) -> dict:
         "verifier_accuracy": acc["verifier"],
         "drafter_accuracy": acc["drafter"],
         "sps_acceptance": accepted / max(drafted, 1),
+        "slip_probability": slips,
         "eval_items": len(items),
         "m": e["m"],
         **sampling,
