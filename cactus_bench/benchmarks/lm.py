@@ -138,9 +138,10 @@ class CactusLM(LM):
         else:
             baseline_first = self._pairs % 2 == 0
             self._pairs += 1
-            base = decode(self.paired) if baseline_first else None
-            out = decode(self.method)
-            base = base or decode(self.paired)
+            if baseline_first:
+                base, out = decode(self.paired), decode(self.method)
+            else:
+                out, base = decode(self.method), decode(self.paired)
             paired = {
                 "paired_baseline_time": base.wall_time,
                 "paired_method_time": out.wall_time,
