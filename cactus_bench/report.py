@@ -489,13 +489,23 @@ def _delta_grid_figure(plt, save, name, title, g):
         return
     fig, ax1 = plt.subplots(figsize=(5, 3.6))
     ax2 = ax1.twinx()
-    for method, h in cac.groupby("method"):
+    for i, (method, h) in enumerate(cac.groupby("method")):
         h = h.sort_values("delta")
-        ax1.plot(h["delta"], h["accepted_length"], "o-", label=f"{method} AL")
-        ax2.plot(h["delta"], h["score"], "s--", alpha=0.6, label=f"{method} score")
+        ax1.plot(h["delta"], h["accepted_length"], "o-", color=f"C{2 * i}", label=f"{method} AL")
+        ax2.errorbar(
+            h["delta"],
+            h["score"],
+            yerr=h["score_stderr"].fillna(0),
+            fmt="s--",
+            color=f"C{2 * i + 1}",
+            alpha=0.7,
+            capsize=3,
+            label=f"{method} score (± 1 s.e.)",
+        )
     ax1.set(xlabel="δ", ylabel="AL", title=f"δ grid — {title}")
     ax2.set_ylabel("score")
-    ax1.legend(loc="upper left", fontsize=7)
+    handles = [h for ax in (ax1, ax2) for h in ax.get_legend_handles_labels()[0]]
+    ax1.legend(handles, [h.get_label() for h in handles], loc="best", fontsize=7)
     save(fig, f"fig2_delta_grid_{name}")
 
 
