@@ -24,9 +24,9 @@ Each model is trained on solutions written by a `Writer` whose slips are chosen 
 
 The test split has about 0.37 carries and 0.6 borrows per item (`P_CARRY_TEST`, `P_BORROW`; training has
 more carries, 0.5, to teach them): TAS loses over ten points, Cactus at small δ stays within the standard
-error. The demo's δ is small because the verifier is far from sure
-at the decisive digit (q ≈ 0.2 on the wrong one), where δ = 0.75 would raise that digit to ≈ 0.7; the
-paper's verifiers give wrong decisive tokens much less mass. The test split's answers are gold (no slips,
+error. The demo's δ is small because the verifier is far from sure at the decisive digit (q ≈ 0.2 on the
+wrong one), where δ = 0.75 would raise that digit to ≈ 0.7; the paper's verifiers give wrong decisive
+tokens much less mass. The test split's answers are gold (no slips,
 uniform phrasing).
 """
 
@@ -53,10 +53,21 @@ LOW, HIGH = 20, 79  # every true value stays here, so a value off by ten (a slip
 P_ADD = 0.5
 P_CARRY = 0.55  # of additions whose units carry, in training (≈ 0.50 carries per item): lessons enough
 P_CARRY_TEST = 0.4  # in the test split (≈ 0.37 carries per item): TAS loses clearly, Cactus within noise
-P_BORROW = 0.8  # of subtractions whose units borrow (≈ 0.65 borrows per item)
+P_BORROW = 0.8  # of subtractions whose units borrow (≈ 0.6 borrows per item)
 
 # The GSM8K strict-match rule of lm-eval's gsm8k task (filter "strict-match": regex on the `####` line).
 STRICT_MATCH = re.compile(r"#### (\-?[0-9\.\,]+)")
+
+
+def apply(value: int, op: str, n: int) -> int:
+    return value + n if op == "+" else value - n
+
+
+def event_of(value: int, op: str, n: int) -> str:
+    """What decides a step's tens digit: "carry" (units overflow), "borrow" (units underflow) or ""."""
+    if op == "+":
+        return "carry" if value % 10 + n % 10 >= 10 else ""
+    return "borrow" if value % 10 < n % 10 else ""
 
 
 @dataclass(frozen=True)
@@ -83,34 +94,29 @@ class Problem:
     start: int
     moves: tuple[tuple[str, int], ...] = field(default=())  # ("+" | "-", operand)
 
-    def question(self, rng: random.Random | None = None) -> str:
-        rng = rng or random.Random(repr(self))
+    def question(self, rng: random.Random) -> str:
         verbs = [rng.choice(ADD if op == "+" else SUB).format(n=n) for op, n in self.moves]
         return f"{self.name} has {self.start} {self.item}, {', '.join(verbs)}. How many now?"
 
     def gold(self) -> int:
         value = self.start
         for op, n in self.moves:
-            value = value + n if op == "+" else value - n
+            value = apply(value, op, n)
         return value
 
     def events(self) -> list[str]:
         """Per step: "carry", "borrow" or "" (no critical digit)."""
         out, value = [], self.start
         for op, n in self.moves:
-            if op == "+":
-                out.append("carry" if value % 10 + n % 10 >= 10 else "")
-                value += n
-            else:
-                out.append("borrow" if value % 10 < n % 10 else "")
-                value -= n
+            out.append(event_of(value, op, n))
+            value = apply(value, op, n)
         return out
 
     def solve(self, writer: Writer, rng: random.Random) -> str:
         """A worked solution in `writer`'s hand, ending in the GSM8K `#### value` line."""
         steps, value = [], self.start
         for (op, n), event in zip(self.moves, self.events()):
-            new = value + n if op == "+" else value - n
+            new = apply(value, op, n)
             if event == "carry" and rng.random() < writer.carry_slip:
                 new -= 10
             elif event == "borrow" and rng.random() < writer.borrow_slip:
@@ -152,10 +158,9 @@ def _move(rng: random.Random, value: int, p_carry: float) -> tuple[str, int]:
     while True:
         op = "+" if rng.random() < P_ADD else "-"
         critical = rng.random() < (p_carry if op == "+" else P_BORROW)
-        if op == "+":
-            choices = [n for n in OPERANDS if value + n <= HIGH and (value % 10 + n % 10 >= 10) == critical]
-        else:
-            choices = [n for n in OPERANDS if value - n >= LOW and (value % 10 < n % 10) == critical]
+        choices = [
+            n for n in OPERANDS if LOW <= apply(value, op, n) <= HIGH and bool(event_of(value, op, n)) == critical
+        ]
         if choices:
             return op, rng.choice(choices)
 
@@ -167,7 +172,7 @@ def make_problem(rng: random.Random, p_carry: float = P_CARRY) -> Problem:
     for _ in range(STEPS):
         op, n = _move(rng, value, p_carry)
         moves.append((op, n))
-        value = value + n if op == "+" else value - n
+        value = apply(value, op, n)
     return Problem(name, item, start, tuple(moves))
 
 
