@@ -59,10 +59,6 @@ class Method:
         """The tag with the draft length where it matters, e.g. `cactus-delta0.75_m10`, `ar`."""
         return f"{self.tag}_m{self.m}" if self.uses_drafter else self.tag
 
-    def identity(self) -> dict:
-        """What distinguishes two runs of this method: name, parameters, and m where a drafter is used."""
-        return {"method": self.name, "params": dict(self.params), "m": self.m if self.uses_drafter else None}
-
     def generate(self, drafter, verifier, input_ids, **options) -> GenerationOutput:
         """Decode with this method; `options` are the decode loops' (`DecodeOptions`)."""
         from .decode import autoregressive_generate, speculative_generate  # transformers: only to decode

@@ -1,4 +1,4 @@
-"""Loading a drafter/verifier pair (hub id or local folder) and building tiny random pairs for tests.
+"""Loading a drafter/verifier pair (hub id or local folder), and the one builder of random models.
 
 Core module: imports only torch and transformers.
 """
@@ -8,9 +8,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 DTYPES = {
     "float32": torch.float32,
@@ -38,6 +42,16 @@ class Pair:
     tokenizer: object  # the verifier's tokenizer (identical to the drafter's, checked)
     drafter_id: str
     verifier_id: str
+
+    @property
+    def tokenizer_name(self) -> str:
+        """The name lm-eval files chat-templated prompts under."""
+        return self.verifier_id.replace("/", "__")
+
+    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        return self.tokenizer.apply_chat_template(
+            chat_history, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
 
     @property
     def eos_token_id(self) -> list[int]:
@@ -214,109 +228,29 @@ def load_pair(
     return Pair(d_model, v_model, tok_v, drafter, verifier)
 
 
-# --- tiny random pairs (tests, benchmarks) ----------------------------------------------------------
+# --- random models (tests, benchmarks, the embedded pair's initialisation, the device check) -------------
 
 
-def tiny_qwen3(
-    vocab_size: int = 32,
-    hidden_size: int = 32,
-    num_layers: int = 1,
-    heads: int = 2,
-    kv_heads: int = 1,
-    intermediate_size: int | None = None,
-    max_positions: int = 512,
-    seed: int = 0,
-    logit_scale: float = 1.0,
-    init_std: float = 0.02,
-) -> Qwen3ForCausalLM:
-    """A random-initialised Qwen3-architecture causal LM built in memory (no download), fp32, eval mode.
-
-    `logit_scale` multiplies the LM head so the random model's next-token distributions are peaked
-    rather than near-uniform (a near-uniform pair makes every statistical test powerless); a larger
-    `init_std` makes attention sharper, so the output depends more on the context.
-    """
-    cfg = Qwen3Config(
-        vocab_size=vocab_size,
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size or 3 * hidden_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        head_dim=hidden_size // heads,
-        max_position_embeddings=max_positions,
-        tie_word_embeddings=False,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
-        initializer_range=init_std,
-    )
-    torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(cfg)
-    with torch.no_grad():
-        model.lm_head.weight.mul_(logit_scale)
-    return model.float().eval()
-
-
-def tiny_pair(
-    vocab_size: int = 32,
-    seed: int = 0,
-    logit_scale: float = 40.0,
-    verifier_layers: int = 2,
-    drafter_hidden: int = 16,
-    verifier_hidden: int = 32,
-    max_positions: int = 512,
-    init_std: float = 0.02,
-):
-    """A (drafter, verifier) pair of tiny random Qwen3 models sharing a vocabulary."""
-    drafter = tiny_qwen3(
-        vocab_size,
-        drafter_hidden,
-        1,
-        seed=seed,
-        logit_scale=logit_scale,
-        max_positions=max_positions,
-        init_std=init_std,
-    )
-    verifier = tiny_qwen3(
-        vocab_size,
-        verifier_hidden,
-        verifier_layers,
-        seed=seed + 1,
-        logit_scale=logit_scale,
-        max_positions=max_positions,
-        init_std=init_std,
-    )
-    return drafter, verifier
-
-
-def self_speculative_pair(
-    vocab_size: int,
-    hidden_size: int,
-    verifier_layers: int,
+def random_lm(
+    config: PretrainedConfig | str,
+    seed: int,
     *,
-    heads: int = 4,
-    kv_heads: int = 2,
-    intermediate_size: int | None = None,
-    later_layer_scale: float = 0.05,
-    logit_scale: float = 20.0,
-    max_positions: int = 4096,
-    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device | None = None,
+    logit_scale: float = 1.0,
+    **shape,
 ):
-    """A random verifier and a 1-layer drafter that is its first layer (self-speculative style).
+    """A random-initialised causal LM, built in memory (no download), in eval mode: from a config, or from an
+    architecture name (`qwen3`, `gemma2`, `llama`, ...) and its shape (config keyword arguments).
 
-    The verifier's later layers write a scaled-down update into the residual stream, so the two agree
-    often, as a trained drafter/verifier pair does; random pairs otherwise accept almost nothing, which
-    makes speed comparisons meaningless. Used by the speed benchmarks.
-    """
-    kw = {"heads": heads, "kv_heads": kv_heads, "intermediate_size": intermediate_size, "max_positions": max_positions}
-    verifier = tiny_qwen3(vocab_size, hidden_size, verifier_layers, seed=seed + 1, logit_scale=logit_scale, **kw)
-    drafter = tiny_qwen3(vocab_size, hidden_size, 1, seed=seed, **kw)
-    with torch.no_grad():
-        for layer in verifier.model.layers[1:]:
-            layer.self_attn.o_proj.weight.mul_(later_layer_scale)
-            layer.mlp.down_proj.weight.mul_(later_layer_scale)
-        drafter.model.embed_tokens.weight.copy_(verifier.model.embed_tokens.weight)
-        drafter.model.layers[0].load_state_dict(verifier.model.layers[0].state_dict())
-        drafter.model.norm.weight.copy_(verifier.model.norm.weight)
-        drafter.lm_head.weight.copy_(verifier.lm_head.weight)
-    return drafter, verifier
+    `logit_scale` multiplies the LM head, so a random model's next-token distributions are peaked rather
+    than near-uniform (a near-uniform pair makes every statistical test powerless)."""
+    if isinstance(config, str):
+        config = AutoConfig.for_model(config, **shape)
+    torch.manual_seed(seed)
+    with torch.device(device or "cpu"):
+        model = AutoModelForCausalLM.from_config(config)
+    if logit_scale != 1.0:
+        with torch.no_grad():
+            model.lm_head.weight.mul_(logit_scale)
+    return model.to(dtype).eval()

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from .app.schema import default_paths
 from .methods import BASELINE, is_baseline
-from .report import RESULTS, compose_cell, find_run, load_runs, load_spec
+from .report import compose_cell, find_run, load_runs, load_spec
 
 BANDWIDTH = {"h100": 3.35e12, "h200": 4.8e12, "a100": 2.0e12}  # bytes/s, HBM
 EFFICIENCY = 0.7  # share of peak bandwidth a decode step reaches (the device check measures it)
@@ -111,7 +112,7 @@ def _items(cfg) -> int:
 
 
 def plan(spec: dict, shards: int = 1, gpu: str = "h100", overrides: list[str] = ()) -> pd.DataFrame:
-    runs = load_runs(RESULTS / "runs") if (RESULTS / "runs").is_dir() else []
+    runs = load_runs(default_paths().runs)
     rows = []
     for data in spec["data"]:
         for row in spec["rows"]:

@@ -17,6 +17,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from .app.config import dataset_configs
+from .app.schema import CONF_DIR
 from .app.store import SAMPLES, samples_files
 from .benchmarks.data import DataError
 from .benchmarks.scoring import TaskScorer
@@ -103,7 +104,7 @@ def score_responses(data: str, responses: dict[str, str], root: str | None = Non
     return result
 
 
-@hydra.main(version_base="1.3", config_path="conf/tools", config_name="score")
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR / "tools"), config_name="score")
 def main(cfg: DictConfig) -> None:
     try:
         for key, what in (

@@ -22,9 +22,8 @@ from pathlib import Path
 
 import yaml
 
-from .app.config import CONF_DIR
-from .figure_specs import pair_spec, spec_pairs
-from .report import figures, load_runs, load_spec, render_table, row_params, run_overrides
+from .report import compose, figures, load_runs, load_spec, render_table
+from .report.specs import cell_config, pair_spec, run_overrides, spec_pairs
 
 SPEC_KEYS = ("pair", "limit", "data", "m", "max_gen_toks", "seed")
 
@@ -42,30 +41,9 @@ def parse(argv: list[str]) -> tuple[str, dict, list[str]]:
     return argv[0], spec_overrides, hydra_overrides
 
 
-def cell_config(spec: dict, row: dict, data: str) -> dict:
-    """One table cell as a config group option (`# @package _global_`), the same run as `run_overrides`."""
-    node = {
-        "defaults": [{"override /pair": spec["pair"]}, {"override /data": data}, {"override /method": row["method"]}],
-        "m": int(spec["m"]),
-        "seed": int(spec.get("seed", 0)),
-        "experiment_name": spec["name"],
-    }
-    params = row_params(row)
-    if "delta" in params:
-        node["delta"] = params.pop("delta")
-    if params:
-        node["method"] = {"params": params}
-    for key in ("limit", "max_gen_toks"):
-        if spec.get(key) is not None:
-            node[key] = int(spec[key])
-    if spec.get("paired_timing") is not None:
-        node["paired_timing"] = bool(spec["paired_timing"])
-    return node
-
-
-def launch(spec: dict, extra: list[str], shards: int, results_dir: Path) -> None:
+def launch(spec: dict, extra: list[str], shards: int, multirun: Path) -> None:
     """Every cell × shard as one Hydra multirun (the launcher in `extra`, else Hydra's basic one)."""
-    folder = results_dir.parent / "multirun" / f"{spec['name']}-{time.strftime('%Y%m%d-%H%M%S')}"
+    folder = multirun / f"{spec['name']}-{time.strftime('%Y%m%d-%H%M%S')}"
     cells = []
     for _, pair in spec_pairs(spec):
         for data in spec["data"]:
@@ -97,28 +75,24 @@ def main(argv: list[str] | None = None) -> str:
     spec_path, spec_overrides, extra = parse(sys.argv[1:] if argv is None else argv)
     shards = int(spec_overrides.pop("shards", 0) or 0)
     spec = load_spec(spec_path, spec_overrides)
-    from hydra import compose, initialize_config_dir
+    paths = compose(tuple(o for o in extra if not o.startswith("hydra"))).paths
+    if shards or any(o.startswith("hydra/launcher=") for o in extra):
+        launch(spec, extra, max(shards, 1), Path(paths.multirun))
+    else:
+        from .app.run import run
 
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        results_dir = Path(compose("config", overrides=[o for o in extra if not o.startswith("hydra")]).results_dir)
-        if shards or any(o.startswith("hydra/launcher=") for o in extra):
-            launch(spec, extra, max(shards, 1), results_dir)
-        else:
-            from .app.run import run
-
-            for _, pair in spec_pairs(spec):
-                for data in spec["data"]:
-                    for row in spec["rows"]:
-                        print(f"== {spec['name']}: {row['label']} on {data} ({pair})", flush=True)
-                        cell = run_overrides(pair_spec(spec, pair), row, data)
-                        run(compose("config", overrides=cell + extra))
+        for _, pair in spec_pairs(spec):
+            for data in spec["data"]:
+                for row in spec["rows"]:
+                    print(f"== {spec['name']}: {row['label']} on {data} ({pair})", flush=True)
+                    run(compose(tuple(run_overrides(pair_spec(spec, pair), row, data) + extra)))
     identity_overrides = [o for o in extra if not o.startswith(("hydra", "progress", "tracking"))]
-    runs = load_runs(results_dir)
+    runs = load_runs(paths.runs)
     if spec.get("figure"):
-        made = figures(runs, results_dir.parent / "figures", [spec], identity_overrides)
+        made = figures(runs, paths.figures, [spec], identity_overrides)
         print("\n".join(str(p) for p in made.values()))
         return ""
-    md, path = render_table(spec, runs, results_dir.parent / "tables", identity_overrides)
+    md, path = render_table(spec, runs, paths.tables, identity_overrides)
     print(md)
     print(f"written: {path.with_suffix('')}.{{csv,md,tex}}")
     return md

@@ -21,8 +21,8 @@ from functools import partial
 import torch
 from transformers import GenerationConfig
 
+from cactus_bench.bench.models import self_speculative_pair
 from cactus_bench.decode import ForwardTimer, autoregressive_generate, speculative_generate
-from cactus_bench.models import self_speculative_pair
 from cactus_bench.utils import environment_info, write_text_atomic
 
 PAIRS = {  # (vocab, hidden, verifier layers): a >= 20 ms verifier on a 2-core CPU, and the tiny test size

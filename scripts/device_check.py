@@ -28,10 +28,10 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a bare checkout, no install
 
+from cactus_bench.bench.models import SHAPES, qwen3_of_shape  # noqa: E402
 from cactus_bench.decode import (  # noqa: E402
     CachedModel,
     ForwardTimer,
@@ -42,60 +42,8 @@ from cactus_bench.decode import (  # noqa: E402
 from cactus_bench.rules import build_rule  # noqa: E402
 from cactus_bench.utils import environment_info, write_text_atomic  # noqa: E402
 
-SHAPES = {  # the real Qwen3 shapes (config.json of the hub models)
-    "qwen3-0.6b": dict(
-        hidden_size=1024,
-        num_hidden_layers=28,
-        num_attention_heads=16,
-        num_key_value_heads=8,
-        head_dim=128,
-        intermediate_size=3072,
-        vocab_size=151936,
-        tie_word_embeddings=True,
-    ),
-    "qwen3-8b": dict(
-        hidden_size=4096,
-        num_hidden_layers=36,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        head_dim=128,
-        intermediate_size=12288,
-        vocab_size=151936,
-        tie_word_embeddings=False,
-    ),
-}
-SMALL = {
-    "small-drafter": dict(
-        hidden_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        intermediate_size=384,
-        vocab_size=4096,
-        tie_word_embeddings=True,
-    ),
-    "small-verifier": dict(
-        hidden_size=512,
-        num_hidden_layers=8,
-        num_attention_heads=8,
-        num_key_value_heads=4,
-        head_dim=64,
-        intermediate_size=1536,
-        vocab_size=4096,
-        tie_word_embeddings=False,
-    ),
-}
 PEAK_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.0e12}  # bytes/s, HBM
 PAPER_AL = {20: {"SpS": 5.11, "Cactus δ=1": 7.00}, 10: {f"AL={a}": a for a in (2.0, 3.0, 4.0, 5.0, 6.0, 7.0)}}
-
-
-def build(shape: dict, dtype, device, seed: int) -> Qwen3ForCausalLM:
-    cfg = Qwen3Config(**shape, max_position_embeddings=8192, rope_theta=1e6, eos_token_id=None, bos_token_id=None)
-    torch.manual_seed(seed)
-    with torch.device(device):
-        model = Qwen3ForCausalLM(cfg)
-    return model.to(dtype).eval()
 
 
 def sync(device):
@@ -171,8 +119,8 @@ def main():
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.float32 if args.small else torch.bfloat16
-    shapes = SMALL if args.small else SHAPES
-    (d_name, d_shape), (v_name, v_shape) = shapes.items()
+    d_name, v_name = ("small-drafter", "small-verifier") if args.small else ("qwen3-0.6b", "qwen3-8b")
+    v_shape = SHAPES[v_name]
     report = {
         "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu",
         "dtype": str(dtype),
@@ -183,8 +131,8 @@ def main():
     }
     log = lambda s: print(s, flush=True)  # noqa: E731
     t0 = time.perf_counter()
-    drafter = build(d_shape, dtype, device, 0)
-    verifier = build(v_shape, dtype, device, 1)
+    drafter = qwen3_of_shape(d_name, 0, dtype, device)
+    verifier = qwen3_of_shape(v_name, 1, dtype, device)
     log(f"built {d_name} + {v_name} on {report['device']} in {time.perf_counter() - t0:.0f}s")
     fast = {"static_cache": True, "compile": not args.no_compile}
     prompt = torch.randint(0, v_shape["vocab_size"], (args.context,), generator=torch.Generator().manual_seed(0))

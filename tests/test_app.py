@@ -1,7 +1,6 @@
 """The Hydra app: config composition, validation, the results store (resume after a crash), reports."""
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -189,16 +188,17 @@ def test_paired_timing_decodes_the_verifier_alone_beside_each_item(small_pair_di
 def test_killed_run_resumes_without_duplicates_or_recomputation(small_pair_dir, tmp_path, monkeypatch):
     args = ("pair=tiny", "data=arith", "method=sps", "limit=5", "m=2", "max_gen_toks=10", "progress=false")
     cfg = cfg_of(*args, results=tmp_path, pair_dir=small_pair_dir)
-    real = TaskBenchmark.run
+    real = TaskBenchmark.decode
     calls = []
 
-    def crash_after_two(self, lm, prompt):
-        if len(calls) == 2:
-            raise KeyboardInterrupt  # killed mid-run
-        calls.append(prompt.index)
-        return real(self, lm, prompt)
+    def crash_after_two(self, decoder, items):
+        for record in real(self, decoder, items):
+            if len(calls) == 2:
+                raise KeyboardInterrupt  # killed mid-run
+            calls.append(record["index"])
+            yield record
 
-    monkeypatch.setattr(TaskBenchmark, "run", crash_after_two)
+    monkeypatch.setattr(TaskBenchmark, "decode", crash_after_two)
     with pytest.raises(KeyboardInterrupt):
         run_mod.run(cfg)
     folder = run_dir(cfg)
@@ -206,9 +206,11 @@ def test_killed_run_resumes_without_duplicates_or_recomputation(small_pair_dir, 
     with open(folder / "samples.jsonl", "a") as f:
         f.write('{"index": 2, "id": 2, "respo')  # a write cut off by the crash
 
-    monkeypatch.setattr(
-        TaskBenchmark, "run", lambda self, lm, prompt: calls.append(prompt.index) or real(self, lm, prompt)
-    )
+    def record_calls(self, decoder, items):
+        calls.extend(item.index for item in items)
+        return real(self, decoder, items)
+
+    monkeypatch.setattr(TaskBenchmark, "decode", record_calls)
     summary = run_mod.run(cfg_of(*args, results=tmp_path, pair_dir=small_pair_dir))
     assert calls == [0, 1, 2, 3, 4]  # 0 and 1 were not recomputed; 2 (half-written) was
     indices = [s["index"] for s in RunStore(folder).samples()]
@@ -331,20 +333,15 @@ def test_figures_from_a_fixture_store(fixture_store, tmp_path):
         assert png.stat().st_size > 1000 and png.with_suffix(".pdf").exists()
 
 
-def test_notebook_regenerates_the_figures_headless(fixture_store, tmp_path):
+def test_notebook_regenerates_the_figures_headless(fixture_store, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     nb = nbformat.read(ROOT / "notebooks" / "figures.ipynb", as_version=4)
-    env = {"CACTUS_BENCH_RESULTS_DIR": str(fixture_store), "CACTUS_BENCH_FIGURES_DIR": str(tmp_path)}
-    os.environ.update(env)
-    try:
-        nbclient.NotebookClient(
-            nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}
-        ).execute()
-    finally:
-        for k in env:
-            os.environ.pop(k)
-    assert list(tmp_path.glob("fig1_tradeoff_*.png"))
+    monkeypatch.setenv("CACTUS_BENCH_RESULTS", str(fixture_store.parent))  # the notebook reads conf/paths
+    nbclient.NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}
+    ).execute()
+    assert list((fixture_store.parent / "figures").glob("fig1_tradeoff_*.png"))
 
 
 def test_gated_dataset_without_credentials_fails_before_models_load(monkeypatch):
@@ -377,7 +374,8 @@ def test_lm_eval_drives_our_model_by_name(small_pair_dir):
     assert result["results"]["cactus_arith"]["exact_match,strict-match"] in (0.0, 0.5, 1.0)
     assert result["config"]["model"] == "cactus"
     lm = CactusLM.create_from_arg_string(args)  # what lm-eval called for the string above
-    assert lm.method.rule.delta == 0.75 and lm.method.m == 3 and lm.sampling["temperature"] == 0.6
+    decoder = lm.decoder
+    assert decoder.method.rule.delta == 0.75 and decoder.method.m == 3 and decoder.settings.temperature == 0.6
     lm_eval.simple_evaluate(model=lm, tasks=["cactus_arith"], limit=2, task_manager=tasks)
     assert len(lm.records) == 2 and all(r["drafted"] > 0 and r["new_tokens"] <= 8 for r in lm.records)
     with pytest.raises(ValueError, match="need verifier"):

@@ -1,6 +1,5 @@
 """The layering and the registries: one place per concept, checked where it is registered."""
 
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +11,7 @@ from cactus_bench import metrics
 from cactus_bench.app.tracking import summary_keys
 from cactus_bench.methods import BASELINE, Method, method_names
 from cactus_bench.registry import Registry
-from cactus_bench.report import _fmt, _label
+from cactus_bench.report.tables import fmt, label
 from cactus_bench.rules import RULES, Rule, build_rule, register
 from cactus_bench.rules.base import gather_last, general_accept
 
@@ -93,7 +92,7 @@ def test_a_new_metric_is_one_definition_read_everywhere():
             }
         }
         assert metrics.decode_metrics([sample, sample])["drafted_per_call"] == 3.0  # the summary
-        assert _label("drafted_per_call") == "drafts/call" and _fmt(3.0, "drafted_per_call") == "3.0"  # reports
+        assert label("drafted_per_call") == "drafts/call" and fmt(3.0, "drafted_per_call") == "3.0"  # reports
         assert "drafted_per_call" in summary_keys()  # tracking
         with pytest.raises(ValueError, match="registered twice"):
             metrics.pooled_metric("AL")(drafted_per_call)
@@ -122,22 +121,27 @@ def test_one_definition_of_accepted_length():
     assert metrics.decode_metrics([{"stats": out.summary()}])["accepted_length"] == pytest.approx(5 / 3)
 
 
-def test_the_verifier_alone_is_named_in_one_place():
-    """No module compares a method name with the baseline's literal: they ask the Method type."""
-    offenders = []
-    for path in (ROOT / "cactus_bench").rglob("*.py"):
-        if path.name == "methods.py":
-            continue
-        for n, line in enumerate(path.read_text().splitlines(), 1):
-            if re.search(rf"""["']{BASELINE}["']""", line):
-                offenders.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
-    assert not offenders, "\n".join(offenders)
+def test_the_verifier_alone_is_one_method_everywhere():
+    """One name (`methods.BASELINE`) and one predicate: the identity drops the drafter and m for it, its own
+    baseline reference is itself, and W&B files it under that name."""
+    from cactus_bench.app.identity import RunIdentity
+    from cactus_bench.app.tracking import wandb_config
+
+    from .helpers.configs import cfg_of
+
+    assert [n for n in method_names() if not Method(n, {}, m=3).uses_drafter] == [BASELINE]
+    ar = RunIdentity.of(cfg_of(f"method={BASELINE}", "m=7"))
+    assert ar.is_baseline and ar.drafter is None and ar.m is None and ar.reference("baseline") == ar
+    assert RunIdentity.of(cfg_of(f"method={BASELINE}", "m=9")) == ar  # m does not matter without a drafter
+    sps = RunIdentity.of(cfg_of("method=sps", "m=7"))
+    assert sps.reference("baseline") == ar and sps.reference("sps") == sps
+    assert wandb_config(cfg_of(f"method={BASELINE}"))["method"] == BASELINE
 
 
 def test_the_baseline_method_uses_no_drafter():
     ar, sps = Method(BASELINE, {}, m=10), Method("sps", {}, m=10)
-    assert not ar.uses_drafter and ar.rule is None and ar.identity()["m"] is None and ar.run_name == "ar"
-    assert sps.uses_drafter and sps.identity()["m"] == 10 and sps.run_name == "sps_m10"
+    assert not ar.uses_drafter and ar.rule is None and ar.run_name == "ar"
+    assert sps.uses_drafter and sps.run_name == "sps_m10"
 
 
 def _imports_without(modules: str, blocked: tuple[str, ...]) -> subprocess.CompletedProcess:

@@ -10,8 +10,8 @@ import pytest
 
 from cactus_bench.benchmarks import data as data_mod
 from cactus_bench.benchmarks.data import DataError, load_gpqa, load_ifeval
-from cactus_bench.benchmarks.lm import cut_at_stop
 from cactus_bench.benchmarks.specbench import speed_metrics
+from cactus_bench.decode.backends.hf import cut_at_stop
 from cactus_bench.score import score_responses, scorer_for
 
 from .helpers.paths import DATA
@@ -234,8 +234,8 @@ def test_rescoring_rejects_unknown_ids(tmp_path):
 
 
 def test_stop_strings_cut():
-    assert cut_at_stop("answer\nQuestion: next", ["Question:", "</s>"]) == ("answer\n", True)
-    assert cut_at_stop("answer", ["Question:"]) == ("answer", False)
+    assert cut_at_stop("answer\nQuestion: next", ["Question:", "</s>"]) == "answer\n"
+    assert cut_at_stop("answer", ["Question:"]) == "answer"
 
 
 def test_specbench_metrics_on_a_hand_computed_example():

@@ -8,9 +8,9 @@ import torch
 
 from cactus_bench.decode import autoregressive_generate, speculative_generate
 from cactus_bench.decode import cache as cache_mod
-from cactus_bench.models import tiny_pair
 from cactus_bench.rules import build_rule
 
+from .helpers.models import SLIDING, tiny_family, tiny_pair, tiny_qwen3
 from .helpers.rules import CONFIGS, BonusFromP
 from .helpers.stats import P_THRESHOLD, g_test_pvalue
 
@@ -69,51 +69,6 @@ def test_kv_rollback_equals_a_fresh_forward(pair, rule, m, static):
 
 
 # --- the paper's other architectures (Gemma-2, Llama 3, R1-Distill's Qwen2) and Mistral ------------------
-
-WINDOW = 6  # tokens; every run below goes far past it
-SLIDING = ("gemma2", "mistral")  # Gemma-2 alternates sliding and full layers; Mistral slides everywhere
-
-
-def tiny_family(arch: str, hidden: int, seed: int):
-    """A 2-layer random model of `arch`, float64, with a tiny sliding window or Llama 3's rope scaling."""
-    import transformers as tf
-
-    config_cls, model_cls = {
-        "gemma2": (tf.Gemma2Config, tf.Gemma2ForCausalLM),
-        "mistral": (tf.MistralConfig, tf.MistralForCausalLM),
-        "llama3": (tf.LlamaConfig, tf.LlamaForCausalLM),
-        "qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM),
-    }[arch]
-    extra = {"sliding_window": WINDOW} if arch in SLIDING else {}
-    if arch == "llama3":  # Llama 3.1/3.2's rope scaling; an 8-token original context rescales most frequencies
-        extra["rope_parameters"] = {
-            "rope_type": "llama3",
-            "rope_theta": 500000.0,
-            "factor": 32.0,
-            "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 8,
-        }
-    cfg = config_cls(
-        vocab_size=24,
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=hidden // 2,
-        max_position_embeddings=512,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
-        initializer_range=0.5,
-        **extra,
-    )
-    torch.manual_seed(seed)
-    model = model_cls(cfg).double().eval()  # float64 (Gemma-2's eager softmax stays float32: errors ~1e-6)
-    with torch.no_grad():
-        model.lm_head.weight.mul_(30.0)
-    return model
 
 
 @pytest.fixture(scope="module", params=[*SLIDING, "llama3", "qwen2"])
@@ -458,8 +413,6 @@ def test_compiled_path_gives_the_same_tokens_as_eager(pair):
 
 def test_padded_embeddings_of_different_sizes_use_the_shared_vocabulary():
     """Like Qwen3 pairs whose embedding matrices are padded differently: only shared ids are ever emitted."""
-    from cactus_bench.models import tiny_qwen3
-
     drafter = tiny_qwen3(vocab_size=24, hidden_size=16, logit_scale=30.0, seed=0)
     verifier = tiny_qwen3(vocab_size=40, hidden_size=32, num_layers=2, logit_scale=30.0, seed=1)
     out = speculative_generate(

@@ -205,7 +205,9 @@ def test_a_pair_that_does_not_fit_fails_before_loading(small_cache, monkeypatch)
 
 
 def test_weight_size_is_counted_without_allocating():
-    from cactus_bench.models import model_bytes, tiny_qwen3
+    from cactus_bench.models import model_bytes
+
+    from .helpers.models import tiny_qwen3
 
     model = tiny_qwen3(vocab_size=50, hidden_size=32, num_layers=2)
     assert model_bytes(model.config, torch.bfloat16) == sum(p.numel() for p in model.parameters()) * 2

@@ -3,12 +3,10 @@
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from cactus_bench.app import run as run_mod
-from cactus_bench.app.config import CONF_DIR
-from cactus_bench.figure_specs import expand_rows, pair_spec, spec_pairs
 from cactus_bench.report import figures, load_runs, load_spec, run_overrides
+from cactus_bench.report.specs import compose, expand_rows, pair_spec, spec_pairs
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = {"pair": "tiny", "limit": 2, "max_gen_toks": 8, "data": ["arith"], "m": 2}
@@ -31,9 +29,7 @@ def figure_store(small_pair_dir, tmp_path_factory):
                 if key in done:
                     continue  # shared between the figures (Verifier, SpS, ...): decoded once
                 done.add(key)
-                with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-                    cfg = compose("config", overrides=[*overrides, *pair, f"results_dir={results}", "progress=false"])
-                run_mod.run(cfg)
+                run_mod.run(compose((*overrides, *pair, f"paths.runs={results}", "progress=false")))
     return results, pair
 
 

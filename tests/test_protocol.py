@@ -251,7 +251,7 @@ def test_the_kernel_counts_accepts_after_the_first_rejection():
 def test_pairs_are_the_checkpoints_the_authors_ran():
     from hydra import compose, initialize_config_dir
 
-    from cactus_bench.app.config import CONF_DIR
+    from cactus_bench.app.schema import CONF_DIR
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         pairs = {

@@ -19,6 +19,7 @@ from cactus_bench.app.lock import LockHeld, RunLock
 from cactus_bench.app.store import RunStore, StoreError, read_samples, run_dir
 from cactus_bench.report import load_spec, render_table
 
+from .helpers.cli import run_main
 from .helpers.configs import cfg_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,19 +28,14 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = ("pair=tiny", "data=arith", "method=sps", "m=2", "max_gen_toks=8", "progress=false")
 
 
-def cli(*args, env=None, cwd=ROOT, timeout=120):
-    base = {k: v for k, v in os.environ.items() if k not in ("CACTUS_BENCH_DEBUG",)}
-    return subprocess.run(
-        [sys.executable, "-m", "cactus_bench", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env={**base, **(env or {})},
-        timeout=timeout,
-    )
+def cli(*args, env=None):
+    """`python -m cactus_bench ARGS`, in this process (what it prints and its exit status)."""
+    from cactus_bench.__main__ import main
+
+    return run_main(main, *args, env=env)
 
 
-def one_paragraph(out: subprocess.CompletedProcess) -> str:
+def one_paragraph(out) -> str:
     assert out.returncode == 2, out.stderr[-2000:]
     assert "Traceback" not in out.stderr, out.stderr[-2000:]
     errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
@@ -128,21 +124,22 @@ def test_chaos_every_item_once(small_pair_dir, tmp_path):
     cfg = cfg_of(*TINY, "limit=4", results=tmp_path, pair_dir=small_pair_dir)
     from cactus_bench.benchmarks.task import TaskBenchmark
 
-    real = TaskBenchmark.run
+    real = TaskBenchmark.decode
     calls = []
 
-    def killed_after_two(self, lm, item):
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        calls.append(item.index)
-        return real(self, lm, item)
+    def killed_after_two(self, decoder, items):
+        for record in real(self, decoder, items):
+            if len(calls) == 2:
+                raise KeyboardInterrupt
+            calls.append(record["index"])
+            yield record
 
-    TaskBenchmark.run = killed_after_two
+    TaskBenchmark.decode = killed_after_two
     try:
         with pytest.raises(KeyboardInterrupt):
             run_mod.run(cfg)
     finally:
-        TaskBenchmark.run = real
+        TaskBenchmark.decode = real
     folder = run_dir(cfg)
     with open(folder / "samples.jsonl", "a") as f:
         f.write('{"index": 2, "id": 2, "resp')  # the kill cut a line short
@@ -241,8 +238,8 @@ def test_a_waiting_builder_says_so(tmp_path):
 
 
 def test_help_is_fast_and_lists_the_settings():
-    start = time.perf_counter()
-    out = cli("--help")
+    start = time.perf_counter()  # a real process: what a user waits for
+    out = subprocess.run([sys.executable, "-m", "cactus_bench", "--help"], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0 and time.perf_counter() - start < 5
     for word in ("pair", "method", "data", "sampling", "delta=", "m=", "shard=", "Examples"):
         assert word in out.stdout
@@ -280,8 +277,10 @@ def test_unknown_top_level_keys_fail_on_the_command_line(tmp_path):
 # --- re-scoring --------------------------------------------------------------------------------------------
 
 
-def score_cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "cactus_bench.score", *args], capture_output=True, text=True, cwd=cwd)
+def score_cli(*args):
+    from cactus_bench.score import main
+
+    return run_main(main, *args, prog="cactus_bench.score")
 
 
 @pytest.mark.parametrize(
@@ -295,16 +294,16 @@ def score_cli(*args, cwd):
 def test_bad_response_files_are_one_line_errors(tmp_path, content, match):
     path = tmp_path / "responses.jsonl"
     path.write_text(content)
-    out = score_cli("data=gsm8k", f"responses={path}", cwd=tmp_path)
+    out = score_cli("data=gsm8k", f"responses={path}")
     assert out.returncode == 2 and match in out.stderr and "Traceback" not in out.stderr
 
 
 def test_score_needs_data_and_checks_a_run_folders_dataset(tmp_path, small_pair_dir):
-    out = score_cli(f"responses={tmp_path}", cwd=tmp_path)
+    out = score_cli(f"responses={tmp_path}")
     assert out.returncode == 2 and "data= is required" in out.stderr and "Traceback" not in out.stderr
     cfg = cfg_of(*TINY, "limit=1", results=tmp_path / "runs", pair_dir=small_pair_dir)
     run_mod.run(cfg)
-    out = score_cli("data=ifeval", f"responses={run_dir(cfg)}", cwd=tmp_path)
+    out = score_cli("data=ifeval", f"responses={run_dir(cfg)}")
     assert out.returncode == 2 and "holds a run on arith, not ifeval" in out.stderr
 
 

@@ -8,18 +8,19 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from cactus_bench.app import run as run_mod
-from cactus_bench.app.config import CONF_DIR, ConfigError, validate
+from cactus_bench.app.config import ConfigError, validate
 from cactus_bench.app.lock import LockHeld
+from cactus_bench.app.schema import CONF_DIR
 from cactus_bench.app.store import RunStore, StoreError, read_samples, run_dir
+
+from .helpers.configs import cfg_of as helper_cfg_of
 
 ROOT = Path(__file__).resolve().parents[1]
 ARGS = ("pair=tiny", "data=arith", "method=cactus", "delta=0.75", "m=2", "max_gen_toks=8", "limit=5", "progress=false")
 
 
 def cfg_of(*overrides, results, pair_dir):
-    extra = [f"pair.drafter={pair_dir / 'drafter'}", f"pair.verifier={pair_dir / 'verifier'}", f"results_dir={results}"]
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose("config", overrides=[*ARGS, *overrides, *extra])
+    return helper_cfg_of(*ARGS, *overrides, results=results, pair_dir=pair_dir)
 
 
 def test_two_shards_give_the_unsharded_samples_token_for_token(small_pair_dir, tmp_path):
@@ -90,9 +91,9 @@ def test_plan_prints_a_costed_table_for_table1():
 
 def test_the_sweep_writes_each_cell_as_the_same_run(small_pair_dir, tmp_path):
     """A cell config (what the multirun runs) composes to the identity `run_overrides` composes to."""
-    from cactus_bench.app.config import run_key
+    from cactus_bench.app.identity import RunIdentity
     from cactus_bench.report import compose_cell, load_spec
-    from cactus_bench.sweep import cell_config
+    from cactus_bench.report.specs import cell_config
 
     spec = load_spec(ROOT / "sweeps" / "delta_grid.yaml", {"pair": "tiny", "limit": 2})
     import yaml
@@ -104,4 +105,4 @@ def test_the_sweep_writes_each_cell_as_the_same_run(small_pair_dir, tmp_path):
         )
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             via_cell = compose("config", overrides=[f"hydra.searchpath=[file://{tmp_path}]", f"+cell=c{i}"])
-        assert run_key(via_cell) == run_key(compose_cell(spec, row, "gpqa")), row["label"]
+        assert RunIdentity.of(via_cell) == RunIdentity.of(compose_cell(spec, row, "gpqa")), row["label"]

@@ -1,103 +1,32 @@
-"""The run configuration: a structured schema (types checked by Hydra at composition) and a semantic
-validation that runs before anything expensive, naming the bad key and its allowed values."""
+"""The run configuration's semantic validation, which runs before anything expensive and names the bad key
+and its allowed values (the schema Hydra type-checks is in `schema.py`), and what a run builds from it."""
 
 from __future__ import annotations
 
 import difflib
-import hashlib
-import json
 import logging
 import math
 import os
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import fields
 from pathlib import Path
-from typing import Any
 
-from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from ..benchmarks.base import KINDS
+from ..decode.api import DECODERS, DecoderSettings, load_backends
 from ..methods import Method, method_names
-
-
-@dataclass
-class PairConfig:
-    name: str = MISSING
-    drafter: str = MISSING
-    verifier: str = MISSING
-    max_gen_toks: int = 4096  # the pair's default token budget (the top-level max_gen_toks reads it)
-    dtype: str = "auto"
-    device: str = "auto"
-    verifier_device_map: Any = None
-    revision: str | None = None
-    add_bos_token: bool = False  # prepend BOS to every prompt (lm-eval does for Gemma)
-
-
-@dataclass
-class MethodConfig:
-    name: str = MISSING
-    params: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class DataConfig:
-    """A dataset's facts live in conf/data/<name>.yaml: adding a dataset is a loader, a task YAML and that."""
-
-    name: str = MISSING
-    kind: str = "task"  # a registered benchmark kind: task (lm-eval scored) | specbench
-    task: str | None = None  # the lm-eval task (benchmarks/tasks/<task>.yaml)
-    primary_metric: str | None = None  # the headline score, "metric,filter"
-    label: str = "${.name}"  # names the data in run folders and tables (e.g. gpqa_diamond)
-    root: str | None = None
-    subset: str | None = None
-    subsets: list[str] | None = None  # the valid subsets, where there are any
-    warmup: int = 3
-
-
-@dataclass
-class SamplingConfig:
-    temperature: float = 0.6
-    top_k: int = 20
-    top_p: float = 0.95
-
-
-@dataclass
-class TrackingConfig:
-    backend: str = "none"
-    project: str = "cactus-bench"
-    entity: str | None = None
-    mode: str | None = None
-    group: str | None = None
-
-
-@dataclass
-class EngineConfig:
-    compile: bool = False
-    static_cache: bool = False
-
-
-@dataclass
-class RunConfig:
-    pair: PairConfig = field(default_factory=PairConfig)
-    method: MethodConfig = field(default_factory=MethodConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    tracking: TrackingConfig = field(default_factory=TrackingConfig)
-    engine: EngineConfig = field(default_factory=EngineConfig)
-    delta: float = 1.0
-    m: int = 10
-    seed: int = 0
-    limit: int | None = None
-    max_gen_toks: int = 4096
-    shard: str | None = None  # "i/n": decode only this share of the items (see app/store.py)
-    paired_timing: bool = False  # also decode each item with the verifier alone, back to back (metrics.paired_speedup)
-    experiment_name: str = "default"
-    results_dir: str = "results/runs"
-    progress: bool = True
-
-
-ConfigStore.instance().store(name="schema", node=RunConfig)
+from .schema import (
+    CONF_DIR,
+    DataConfig,
+    EngineConfig,
+    MethodConfig,
+    PairConfig,
+    PathsConfig,
+    RunConfig,
+    SamplingConfig,
+    TrackingConfig,
+)
 
 TRACKERS = ("none", "wandb")
 
@@ -120,6 +49,7 @@ def _where(key: str) -> str | None:
         ("sampling", SamplingConfig),
         ("tracking", TrackingConfig),
         ("engine", EngineConfig),
+        ("paths", PathsConfig),
     ):
         if key in {f.name for f in fields(node)}:
             return f"{group}.{key}"
@@ -231,6 +161,7 @@ def validate(cfg: DictConfig) -> Method:
         bad("sampling.top_p", s.top_p, "must be in (0, 1]")
     if cfg.tracking.backend not in TRACKERS:
         bad("tracking.backend", cfg.tracking.backend, f"choose one of {', '.join(TRACKERS)}")
+    _check_engine(cfg.engine)
     parse_shard(cfg.shard)
     try:
         method = method_of(cfg)
@@ -244,38 +175,32 @@ def validate(cfg: DictConfig) -> Method:
     return method
 
 
+def _check_engine(engine) -> None:
+    from ..decode.backends.hf import ENGINES
+
+    load_backends()
+    if engine.backend not in DECODERS:
+        raise ConfigError(f"engine.backend={engine.backend!r} is not valid: choose one of {', '.join(DECODERS)}")
+    if engine.backend == "hf" and engine.name not in ENGINES:
+        raise ConfigError(f"engine.name={engine.name!r} is not valid: choose one of {', '.join(ENGINES)}")
+
+
+def decoder_settings(cfg: DictConfig) -> DecoderSettings:
+    """What the run's decoder is built with: the one place a config becomes decode options."""
+    return DecoderSettings(
+        max_new_tokens=cfg.max_gen_toks,
+        **OmegaConf.to_container(cfg.sampling, resolve=True),
+        seed=cfg.seed,
+        backend=cfg.engine.backend,
+        engine=cfg.engine.name,
+        add_bos_token=cfg.pair.add_bos_token,
+        paired_timing=cfg.paired_timing,
+    )
+
+
 def method_of(cfg: DictConfig) -> Method:
     """The configured method (unvalidated values raise a ValueError: call `validate` first)."""
     return Method(cfg.method.name, OmegaConf.to_container(cfg.method.params, resolve=True) or {}, cfg.m)
-
-
-def identity(cfg: DictConfig) -> dict:
-    """What makes two runs the same run (so a re-run resumes): everything that changes a sample's output.
-    `limit` is not part of it: a larger limit continues the same run."""
-    return {
-        # add_bos_token enters only when set, so runs stored before it existed keep their identity
-        "pair": {k: cfg.pair[k] for k in ("drafter", "verifier", "dtype", "revision")}
-        | ({"add_bos_token": True} if cfg.pair.add_bos_token else {}),
-        **method_of(cfg).identity(),
-        "data": cfg.data.name,
-        "subset": cfg.data.get("subset"),
-        "seed": cfg.seed,
-        "sampling": OmegaConf.to_container(cfg.sampling, resolve=True),
-        "max_gen_toks": cfg.max_gen_toks,
-        "engine": OmegaConf.to_container(cfg.engine),
-    }
-
-
-def key_of(ident: dict) -> str:
-    """The run key of an identity (`identity`): what names a run's folder."""
-    return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:10]
-
-
-def run_key(cfg: DictConfig) -> str:
-    return key_of(identity(cfg))
-
-
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # inside the package, so wheels carry it
 
 
 def dataset_configs() -> dict[str, DictConfig]:

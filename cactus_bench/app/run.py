@@ -10,11 +10,12 @@ from tqdm.auto import tqdm
 
 from .. import metrics
 from ..benchmarks.base import Benchmark, make_benchmark
-from ..benchmarks.lm import CactusLM
+from ..decode import build_decoder
 from ..embedded import ensure_pair
 from ..methods import Method
 from ..models import Pair, check_available, load_pair
-from .config import run_key, validate
+from .config import decoder_settings, validate
+from .identity import RunIdentity
 from .store import RunStore, StoreError, duplicated_items
 from .tracking import NullTracker, make_tracker
 
@@ -23,10 +24,10 @@ EMBEDDED = "embedded:tiny/"
 _PAIRS: dict[tuple, Pair] = {}  # a sweep in one process loads each pair once
 
 
-def resolve_model(name: str) -> str:
-    """`embedded:tiny/<role>` -> the cached embedded pair's folder (built on first use)."""
+def resolve_model(name: str, cache: str | None = None) -> str:
+    """`embedded:tiny/<role>` -> the cached embedded pair's folder (built on first use, under `cache`)."""
     if name.startswith(EMBEDDED):
-        return str(ensure_pair(log=log.info) / name[len(EMBEDDED) :])
+        return str(ensure_pair(cache, log=log.info) / name[len(EMBEDDED) :])
     return name
 
 
@@ -38,7 +39,7 @@ def get_pair(cfg: DictConfig) -> Pair:
     p = cfg.pair
     key = (p.drafter, p.verifier, p.dtype, p.device, str(p.verifier_device_map), p.revision)
     if key not in _PAIRS:
-        drafter, verifier = resolve_model(p.drafter), resolve_model(p.verifier)
+        drafter, verifier = resolve_model(p.drafter, cfg.paths.cache), resolve_model(p.verifier, cfg.paths.cache)
         check_available({"drafter": drafter, "verifier": verifier}, p.revision)
         _PAIRS.clear()  # one pair in memory at a time
         device_map = (
@@ -55,22 +56,13 @@ def get_pair(cfg: DictConfig) -> Pair:
     return _PAIRS[key]
 
 
-def run(cfg: DictConfig) -> dict:
-    """Run (or resume) the configured run; returns its summary."""
-    method = validate(cfg)  # before anything expensive
+def run(cfg: DictConfig, method: Method | None = None) -> dict:
+    """Run (or resume) the configured run; returns its summary. `method`: the config's, already validated."""
+    method = method or validate(cfg)  # before anything expensive
     bench = make_benchmark(cfg.data)  # data errors surface before models load
     pair = get_pair(cfg)
-    lm = CactusLM(
-        pair,
-        method,
-        OmegaConf.to_container(cfg.sampling),
-        cfg.max_gen_toks,
-        seed=cfg.seed,
-        engine=OmegaConf.to_container(cfg.engine),
-        add_bos_token=cfg.pair.add_bos_token,
-        paired_timing=cfg.paired_timing,
-    )
-    bench.prepare(lm, f"{cfg.pair.name}-{method.tag}")
+    decoder = build_decoder(pair, method, decoder_settings(cfg))
+    bench.prepare(pair, f"{cfg.pair.name}-{method.tag}")
     store = RunStore.open(cfg)  # takes the run's (or shard's) lock: one writer per file
     tracker = NullTracker()
     try:
@@ -81,7 +73,7 @@ def run(cfg: DictConfig) -> dict:
         todo = [item for item in mine if bench.key(item) not in done]
         log.info(
             "run %s%s: %d items, %d already done, %d to go -> %s",
-            run_key(cfg),
+            RunIdentity.of(cfg).key,
             f" shard {store.shard[0]}/{store.shard[1]}" if store.shard else "",
             len(mine),
             len(mine) - len(todo),
@@ -89,14 +81,15 @@ def run(cfg: DictConfig) -> dict:
             store.folder,
         )
         finished = [done[k] for k in sorted(done)]
-        bar = tqdm(todo, desc=f"{cfg.method.name} {cfg.data.name}", disable=not cfg.progress, dynamic_ncols=True)
-        for item in bar:
-            record = bench.run(lm, item)
+        bar = tqdm(total=len(todo), desc=f"{cfg.method.name} {cfg.data.name}", disable=not cfg.progress)
+        for record in bench.decode(decoder, todo):
+            bar.update()
             store.append(record)
             finished.append(record)
             tracker.log_sample(len(finished), record)
             live = metrics.derive(metrics.pool(finished))
             bar.set_postfix(AL=f"{live['accepted_length'] or 0:.2f}", tok_s=f"{live['tokens_per_s'] or 0:.1f}")
+        bar.close()
         summary = merge(cfg, method, bench, store, [bench.key(item) for item in items])
         store.finish("complete" if summary["complete"] else "incomplete")
         if cfg.tracking.backend != "none":
@@ -145,7 +138,7 @@ def merge(cfg: DictConfig, method: Method, bench: Benchmark, store: RunStore, wa
 
 def summarise(cfg: DictConfig, method: Method, samples: list[dict], bench: Benchmark) -> dict:
     return {
-        "run_key": run_key(cfg),
+        "run_key": RunIdentity.of(cfg).key,
         "pair": cfg.pair.name,
         "method": method.name,
         "params": dict(method.params),

@@ -1,6 +1,6 @@
 """The results store: one folder per run under results/runs, so a crashed or interrupted run loses nothing.
 
-    <results_dir>/<data>/<pair>/<method-tag>_m<m>_s<seed>_<key>/
+    <paths.runs>/<data>/<pair>/<method-tag>_m<m>_s<seed>_<key>/   (`RunIdentity.folder`)
         config.yaml     the resolved config                                  (atomic write)
         manifest.json   versions, git commit, hardware, start/end, history  (atomic write)
         samples.jsonl   one line per finished sample, appended and fsynced as it finishes
@@ -28,7 +28,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from ..utils import environment_info, write_text_atomic
-from .config import identity, method_of, parse_shard, run_key
+from .config import parse_shard
+from .identity import RunIdentity
 from .lock import RunLock
 
 log = logging.getLogger("cactus_bench")
@@ -40,8 +41,7 @@ class StoreError(ValueError):
 
 
 def run_dir(cfg: DictConfig) -> Path:
-    name = f"{method_of(cfg).run_name}_s{cfg.seed}_{run_key(cfg)}"
-    return Path(cfg.results_dir) / cfg.data.label / cfg.pair.name / name
+    return RunIdentity.of(cfg).folder(cfg.paths.runs)
 
 
 def shard_suffix(shard: tuple[int, int] | None) -> str:
@@ -124,10 +124,23 @@ class RunStore:
             write_text_atomic(store.folder / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
             manifest = store.manifest()
             now = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-            manifest.update(identity=identity(cfg), status="running", last_start=now, environment=environment_info())
+            ident = RunIdentity.of(cfg)
+            manifest.update(
+                identity=ident.as_dict(),
+                run_key=ident.key,
+                status="running",
+                last_start=now,
+                environment=environment_info(),
+            )
             manifest.setdefault("started", now)
             manifest.setdefault("history", []).append(
-                {"start": now, "t_start": time.time(), "host": socket.gethostname(), "pid": os.getpid()}
+                {
+                    "start": now,
+                    "t_start": time.time(),
+                    "host": socket.gethostname(),
+                    "pid": os.getpid(),
+                    "engine": OmegaConf.to_container(cfg.engine, resolve=True),  # how this process decoded
+                }
             )
             store.write_manifest(manifest)
         except BaseException:

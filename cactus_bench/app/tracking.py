@@ -16,9 +16,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from .. import metrics
-from ..methods import BASELINE
 from ..metrics import METRICS
-from .config import identity, key_of, run_key
+from .identity import RunIdentity
 
 EXTRA_SUMMARY_KEYS = ("score_stderr", "wall_time", "samples", "complete")
 SAMPLE_KEYS = ("accepted_length", "acceptance_rate", "prefix_acceptance", "realised_kl", "tokens_per_s")
@@ -42,35 +41,29 @@ class NullTracker:
 
 
 def wandb_config(cfg: DictConfig) -> dict:
-    params = OmegaConf.to_container(cfg.method.params, resolve=True) or {}
+    """Method, its parameters (each a top-level key: `delta`, `epsilon`, ...), m, pair and data as config
+    keys, so W&B's parallel coordinates and scatter panels work out of the box."""
+    ident = RunIdentity.of(cfg)
     flat = {
-        "method": cfg.method.name,
-        "delta": params.get("delta"),
+        "method": ident.method,
+        **ident.params,
         "m": cfg.m,
         "pair": cfg.pair.name,
         "data": cfg.data.label,
         "seed": cfg.seed,
         "sampling_temperature": cfg.sampling.temperature,
         "max_gen_toks": cfg.max_gen_toks,
-        "run_key": run_key(cfg),
+        "run_key": ident.key,
     }
-    return {**flat, "params": params, "config": OmegaConf.to_container(cfg, resolve=True)}
+    return {**flat, "params": ident.params, "config": OmegaConf.to_container(cfg, resolve=True)}
 
 
-def reference_samples(cfg: DictConfig, folder: Path) -> dict[str, list[dict] | None]:
+def reference_samples(cfg: DictConfig) -> dict[str, list[dict] | None]:
     """The samples of this setting's SpS and verifier-alone runs, when the store has them."""
-    from .store import read_samples
+    from ..report.runs import stored_references
 
-    ident = identity(cfg)
-    out = {}
-    for ref, changes in (
-        ("sps", {"method": "sps", "params": {}}),
-        ("baseline", {"method": BASELINE, "params": {}, "m": None}),
-    ):
-        key = key_of({**ident, **changes})
-        hits = [p for p in folder.parent.glob(f"*_{key}") if (p / "summary.json").exists()]
-        out[ref] = read_samples(hits[0]) if hits else None
-    return out
+    refs = stored_references(cfg.paths.runs, RunIdentity.of(cfg))
+    return {which: run.samples if run is not None else None for which, run in refs.items()}
 
 
 class WandbTracker(NullTracker):
@@ -89,7 +82,7 @@ class WandbTracker(NullTracker):
             mode=t.mode,
             group=t.group or cfg.experiment_name,
             name=folder.name + shard,
-            id=run_key(cfg) + shard,
+            id=RunIdentity.of(cfg).key + shard,
             resume="allow",
             job_type=cfg.data.label,
             dir=str(folder),
@@ -120,7 +113,7 @@ class WandbTracker(NullTracker):
             for key in summary_keys():
                 if summary.get(key) is not None:
                     self.run.summary[key] = summary[key]
-            refs = reference_samples(self.cfg, self.folder)
+            refs = reference_samples(self.cfg)
             for m in METRICS.values():
                 if m.relative is not None:
                     for key, value in metrics.flatten(m.name, metrics.relative(m, samples, refs)).items():

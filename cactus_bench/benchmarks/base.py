@@ -1,25 +1,29 @@
-"""What a run needs from a benchmark, whatever it measures: its items, each item's key, how to decode and
-record one item, and how to summarise the recorded samples. `app.run` is one loop over this protocol.
+"""What a run needs from a benchmark, whatever it measures: its items, each item's key, how to decode items
+into sample records, and how to summarise them. `app.run` is one loop over this protocol.
 
-Benchmark kinds are registered in `KINDS` (name -> factory taking the `data` config); `conf/data/<name>.yaml`
-picks the kind and holds the dataset's facts (lm-eval task, primary metric, label). Factories import their
-adapters lazily, so choosing or validating a benchmark imports nothing heavy.
+Benchmark kinds are registered in `KINDS` (name -> `Kind`); `conf/data/<name>.yaml` picks the kind and
+holds the dataset's facts (lm-eval task, primary metric, label). A kind builds its benchmark lazily (its
+adapters import lm-eval or `datasets`), and tells the reports what a table cell of its runs holds and
+which figures it draws, so reports never branch on the kind themselves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .. import metrics
 from ..registry import Registry
 
 if TYPE_CHECKING:
-    from .lm import CactusLM
+    from ..decode import Decoder
+    from ..models import Pair
 
 
 class Benchmark(Protocol):
-    def prepare(self, lm: CactusLM, model_id: str) -> None:
-        """Bind to the loaded model before items are built (prompts use its chat template); `model_id`
+    def prepare(self, pair: Pair, model_id: str) -> None:
+        """Bind to the loaded pair before items are built (prompts use its chat template); `model_id`
         names pair and method where a benchmark's own files want it."""
 
     def items(self, limit: int | None) -> list[Any]:
@@ -28,8 +32,8 @@ class Benchmark(Protocol):
     def key(self, item: Any) -> int | str:
         """The item's index in the store (stable across runs and processes)."""
 
-    def run(self, lm: CactusLM, item: Any) -> dict:
-        """Decode one item; the sample record stored for it (`index`, `id`, `stats`, ...)."""
+    def decode(self, decoder: Decoder, items: list[Any]) -> Iterator[dict]:
+        """Decode the items; yield each one's sample record (`index`, `id`, `stats`, ...) as it finishes."""
 
     def summarise(self, samples: list[dict]) -> dict:
         """The benchmark's own summary entries (e.g. task scores) over finished samples."""
@@ -38,23 +42,71 @@ class Benchmark(Protocol):
         """Extra files to write beside the run's samples at the end (file name -> text)."""
 
 
-KINDS: Registry[Callable[[Any], Benchmark]] = Registry("benchmark kind")
+Cells = dict[str | None, dict[str, Any]]  # table group (None: the dataset itself) -> metric -> value
 
 
-@KINDS.register("task")
+@dataclass(frozen=True)
+class Kind:
+    """A kind of benchmark. `make(data)` builds one (importing its adapters only then); `cells(run, sps, ar)`
+    gives what a table shows for a stored run against its reference runs (SpS, the verifier alone; either
+    may be None), by group; `figures` names the report's figure families drawn from such runs;
+    `labels` renames metrics where the kind defines them its own way."""
+
+    make: Callable[[Any], Benchmark]
+    cells: Callable[[Any, Any, Any], Cells]
+    figures: tuple[str, ...]
+    labels: dict[str, str]
+
+
+KINDS: Registry[Kind] = Registry("benchmark kind")
+
+
 def _task(data) -> Benchmark:
     from .task import TaskBenchmark
 
     return TaskBenchmark(data)
 
 
-@KINDS.register("specbench")
+def task_cells(run, sps, ar) -> Cells:
+    """Every metric of a run's summary, and the relative ones against its reference runs."""
+    s = run.summary
+    out = {m.name: s.get(m.name) for m in metrics.METRICS.values() if m.relative is None}
+    out.update({f"{m.name}_ci": s.get(f"{m.name}_ci") for m in metrics.METRICS.values() if m.sampled})
+    out["score_stderr"] = s.get("score_stderr")
+    if run.is_baseline:
+        out.update(accepted_length=None, tau=1.0)
+        return {None: out}
+    refs = {"sps": sps.samples if sps is not None else None, "baseline": ar.samples if ar is not None else None}
+    for m in metrics.METRICS.values():
+        if m.relative is not None:
+            out.update(metrics.flatten(m.name, metrics.relative(m, run.samples, refs)))
+    return {None: out}
+
+
 def _specbench(data) -> Benchmark:
     from .specbench import SpecBenchBenchmark
 
     return SpecBenchBenchmark(data)
 
 
+def specbench_cells(run, sps, ar) -> Cells:
+    """Spec-Bench's per-category speed metrics (`specbench.speed_metrics`); the verifier alone is 1×."""
+    from .specbench import speed_metrics
+
+    table = speed_metrics(run.samples, ar.samples if ar is not None else None)
+    if run.is_baseline:
+        for values in table.values():
+            values["speedup"] = 1.0
+    return table
+
+
+KINDS.add("task", Kind(_task, task_cells, ("tradeoff", "delta_grid", "speedup"), {}))
+KINDS.add(
+    "specbench",
+    Kind(_specbench, specbench_cells, ("specbench_speedup",), {"speedup": "speedup (ratio of mean speeds)"}),
+)
+
+
 def make_benchmark(data) -> Benchmark:
     """The benchmark a `data` config describes (data errors surface here, before any model loads)."""
-    return KINDS.get(data.kind)(data)
+    return KINDS.get(data.kind).make(data)

@@ -7,12 +7,15 @@ import json
 import statistics
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from .. import metrics
+from ..decode import Request
 
 if TYPE_CHECKING:
-    from .lm import CactusLM
+    from ..decode import Decoder, Generation
+    from ..models import Pair
 
 MT_BENCH = {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"}
 SUBTASKS = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
@@ -22,14 +25,17 @@ def subtask(category: str) -> str:
     return "mt_bench" if category in MT_BENCH else category
 
 
-def answer_question(lm: CactusLM, question: dict, model_id: str) -> tuple[dict, list[dict]]:
+def one(decoder: Decoder, request: Request) -> Generation:
+    return next(iter(decoder.generate([request])))
+
+
+def answer_question(decoder: Decoder, pair: Pair, question: dict, model_id: str) -> tuple[dict, list[dict]]:
     """One question, all its turns in one conversation (turn 2 sees the first answer); timed per turn.
     Returns the answer in Spec-Bench's schema and each turn's decode statistics."""
     messages, turns, steps, new_tokens, wall, accept_lengths, accepted, stats = [], [], [], [], [], [], [], []
     for j, turn in enumerate(question["turns"]):
         messages.append({"role": "user", "content": turn})
-        prompt = lm.apply_chat_template(messages)
-        gen = lm.generate(prompt, [], ("specbench", question["question_id"], j))
+        gen = one(decoder, Request(pair.apply_chat_template(messages), ("specbench", question["question_id"], j)))
         out = gen.output
         messages.append({"role": "assistant", "content": gen.raw_text})
         turns.append(gen.raw_text)
@@ -59,10 +65,11 @@ def answer_question(lm: CactusLM, question: dict, model_id: str) -> tuple[dict, 
     }, stats
 
 
-def warm_up(lm: CactusLM, question: dict, runs: int) -> None:
+def warm_up(decoder: Decoder, pair: Pair, question: dict, runs: int) -> None:
     """Spec-Bench warms up on the first question before timing anything."""
+    prompt = pair.apply_chat_template([{"role": "user", "content": question["turns"][0]}])
     for _ in range(runs):
-        lm.generate(lm.apply_chat_template([{"role": "user", "content": question["turns"][0]}]), [], ("warmup",))
+        one(decoder, Request(prompt, ("warmup",)))
 
 
 def speed_metrics(samples: list[dict], baseline: list[dict] | None) -> dict[str, dict]:
@@ -111,10 +118,10 @@ class SpecBenchBenchmark:
         self.questions = load_specbench(data.root)
         self.warmup = data.warmup
         self._warm = False
-        self._model_id = ""
+        self._pair, self._model_id = None, ""
 
-    def prepare(self, lm: CactusLM, model_id: str) -> None:
-        self._model_id = model_id
+    def prepare(self, pair: Pair, model_id: str) -> None:
+        self._pair, self._model_id = pair, model_id
 
     def items(self, limit: int | None) -> list[dict]:
         return self.questions[:limit] if limit else self.questions
@@ -122,19 +129,21 @@ class SpecBenchBenchmark:
     def key(self, item: dict) -> int:
         return item["question_id"]
 
-    def run(self, lm: CactusLM, item: dict) -> dict:
-        if not self._warm:  # once per process, before the first timed question
-            warm_up(lm, self.questions[0], self.warmup)
-            self._warm = True
-        answer, turns = answer_question(lm, item, self._model_id)
-        return {
-            "index": item["question_id"],
-            "id": item["question_id"],
-            "category": item["category"],
-            "stats": metrics.add_stats(turns),
-            "answer": answer,
-            "finished_at": time.time(),
-        }
+    def decode(self, decoder: Decoder, items: list[dict]) -> Iterator[dict]:
+        """Question by question (a second turn needs the first answer)."""
+        for item in items:
+            if not self._warm:  # once per process, before the first timed question
+                warm_up(decoder, self._pair, self.questions[0], self.warmup)
+                self._warm = True
+            answer, turns = answer_question(decoder, self._pair, item, self._model_id)
+            yield {
+                "index": item["question_id"],
+                "id": item["question_id"],
+                "category": item["category"],
+                "stats": metrics.add_stats(turns),
+                "answer": answer,
+                "finished_at": time.time(),
+            }
 
     def summarise(self, samples: list[dict]) -> dict:
         return {"specbench": speed_metrics(samples, None)} if samples else {}

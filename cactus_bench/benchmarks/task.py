@@ -5,17 +5,23 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from .lm import CactusLM
+from ..decode import Request
 from .scoring import Prompt, TaskScorer
+
+if TYPE_CHECKING:
+    from ..decode import Decoder
+    from ..models import Pair
 
 
 class TaskBenchmark:
     def __init__(self, data):
         self.scorer = TaskScorer(data.task, data.primary_metric, data.root)
 
-    def prepare(self, lm: CactusLM, model_id: str) -> None:
-        self.scorer.chat_template, self.scorer.tokenizer_name = lm.apply_chat_template, lm.tokenizer_name
+    def prepare(self, pair: Pair, model_id: str) -> None:
+        self.scorer.chat_template, self.scorer.tokenizer_name = pair.apply_chat_template, pair.tokenizer_name
 
     def items(self, limit: int | None) -> list[Prompt]:
         return self.scorer.prompts(limit)
@@ -23,20 +29,23 @@ class TaskBenchmark:
     def key(self, item: Prompt) -> int:
         return item.index
 
-    def run(self, lm: CactusLM, item: Prompt) -> dict:
-        gen = lm.generate(item.context, item.until, (self.scorer.name, item.index))
-        return {
-            "index": item.index,
-            "id": item.id,
-            "prompt_sha256": hashlib.sha256(item.context.encode()).hexdigest(),
-            "response": gen.text,
-            "raw_response": gen.raw_text,
-            "tokens": gen.output.tokens,
-            "stats": gen.stats(),
-            "rounds_accepted": gen.output.rounds.accepted,
-            "scores": self.scorer.score(item.index, gen.text),
-            "finished_at": time.time(),
-        }
+    def decode(self, decoder: Decoder, items: list[Prompt]) -> Iterator[dict]:
+        by_key = {(self.scorer.name, item.index): item for item in items}
+        requests = [Request(item.context, key, tuple(item.until)) for key, item in by_key.items()]
+        for gen in decoder.generate(requests):
+            item = by_key[gen.request.key]
+            yield {
+                "index": item.index,
+                "id": item.id,
+                "prompt_sha256": hashlib.sha256(item.context.encode()).hexdigest(),
+                "response": gen.text,
+                "raw_response": gen.raw_text,
+                "tokens": gen.output.tokens,
+                "stats": gen.stats(),
+                "rounds_accepted": gen.output.rounds.accepted,
+                "scores": self.scorer.score(item.index, gen.text),
+                "finished_at": time.time(),
+            }
 
     def summarise(self, samples: list[dict]) -> dict:
         if not samples:

@@ -1,19 +1,34 @@
-"""The decode engine in three rooms: round statistics (`stats`), models with their KV caches (`cache`), and
-the speculative and autoregressive loops (`loops`)."""
+"""The decode engine: the `Decoder` interface (`api`) and its transformers backend (`hf`), round statistics
+(`stats`), models with their KV caches (`cache`), and the speculative and autoregressive loops (`loops`).
 
-from .cache import CachedModel, ForwardTimer, static_cache_len
-from .loops import DecodeOptions, autoregressive_generate, speculative_generate
-from .stats import GenerationOutput, Rounds
-from .warp import Warper
+Names are loaded on first use, so the interface (and config validation, which reads the backends'
+registry) does not import transformers."""
 
-__all__ = [
-    "CachedModel",
-    "DecodeOptions",
-    "ForwardTimer",
-    "GenerationOutput",
-    "Rounds",
-    "Warper",
-    "autoregressive_generate",
-    "speculative_generate",
-    "static_cache_len",
-]
+import importlib
+
+_WHERE = {
+    "DECODERS": "api",
+    "Decoder": "api",
+    "DecoderSettings": "api",
+    "Generation": "api",
+    "PairedDecoder": "api",
+    "Request": "api",
+    "build_decoder": "api",
+    "stable_seed": "api",
+    "CachedModel": "cache",
+    "ForwardTimer": "cache",
+    "static_cache_len": "cache",
+    "DecodeOptions": "loops",
+    "autoregressive_generate": "loops",
+    "speculative_generate": "loops",
+    "GenerationOutput": "stats",
+    "Rounds": "stats",
+    "Warper": "warp",
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)

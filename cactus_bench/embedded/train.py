@@ -7,7 +7,9 @@ import time
 from collections.abc import Callable
 
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import Qwen3Config
+
+from ..models import random_lm
 
 IGNORE = -100
 
@@ -68,10 +70,9 @@ def train(
     seed: int,
     log: Callable[[str], None] = print,
     on_step: Callable[[], None] | None = None,
-) -> Qwen3ForCausalLM:
+) -> torch.nn.Module:
     """Train from a seeded init; deterministic for a given seed (single process, CPU)."""
-    torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(config).float().train()
+    model = random_lm(config, seed).train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
     warmup = max(steps // 20, 1)
     sched = torch.optim.lr_scheduler.LambdaLR(

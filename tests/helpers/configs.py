@@ -1,8 +1,6 @@
 """Composing run configs the way the CLI does, optionally on a local pair and into a results folder."""
 
-from hydra import compose, initialize_config_dir
-
-from cactus_bench.app.config import CONF_DIR
+from cactus_bench.report.specs import compose
 
 
 def pair_overrides(pair_dir) -> list[str]:
@@ -10,8 +8,8 @@ def pair_overrides(pair_dir) -> list[str]:
 
 
 def cfg_of(*overrides, results=None, pair_dir=None):
+    """The composed config (a fresh copy: composition is cached); `results` is the runs folder."""
     extra = pair_overrides(pair_dir) if pair_dir is not None else []
     if results is not None:
-        extra.append(f"results_dir={results}")
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose("config", overrides=[*overrides, *extra])
+        extra.append(f"paths.runs={results}")
+    return compose((*overrides, *extra))

@@ -1,0 +1,110 @@
+"""A run's identity: what makes two runs the same run, computed in this one place.
+
+The store names a run's folder by it (so a re-run resumes), tables and figures find the run of a cell by
+it, a sweep writes each cell as the same run, and tracking finds a run's reference runs by it. It holds
+everything that changes the law of a sample's tokens: the models (the drafter only where the method uses
+one), method and parameters, m (only with a drafter), data and subset, seed, sampling and token budget.
+How the run is executed (engine, batch size, threads, paired timing, limit, shard) is not part of it: a
+run may be resumed any of those ways, and its manifest records which.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from ..methods import BASELINE, Method
+
+REFERENCES = {"sps": "sps", "baseline": BASELINE}  # what relative metrics compare with: SpS, the verifier alone
+
+
+def _hash(value: Any, n: int) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:n]
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    verifier: dict  # verifier, dtype, revision (and add_bos_token when set)
+    drafter: str | None  # None for the verifier alone
+    method: str
+    params: dict
+    m: int | None  # None for the verifier alone
+    data: str
+    subset: str | None
+    seed: int
+    sampling: dict
+    max_gen_toks: int
+    # where the run is filed (names, not identity)
+    pair_name: str = field(default="", compare=False)
+    data_label: str = field(default="", compare=False)
+
+    @classmethod
+    def of(cls, cfg: DictConfig | dict) -> RunIdentity:
+        """The identity of a composed config, or of a stored run's `config.yaml` (read as a dict)."""
+        if not isinstance(cfg, DictConfig):
+            cfg = OmegaConf.create(cfg)
+        method = Method(cfg.method.name, OmegaConf.to_container(cfg.method.params, resolve=True) or {}, cfg.m)
+        p = cfg.pair
+        verifier = {"verifier": p.verifier, "dtype": p.dtype, "revision": p.revision}
+        if p.get("add_bos_token"):
+            verifier["add_bos_token"] = True
+        return cls(
+            verifier=verifier,
+            drafter=p.drafter if method.uses_drafter else None,
+            method=method.name,
+            params=dict(method.params),
+            m=cfg.m if method.uses_drafter else None,
+            data=cfg.data.name,
+            subset=cfg.data.get("subset"),
+            seed=cfg.seed,
+            sampling=OmegaConf.to_container(cfg.sampling, resolve=True),
+            max_gen_toks=cfg.max_gen_toks,
+            pair_name=p.name,
+            data_label=cfg.data.get("label") or cfg.data.name,
+        )
+
+    def as_dict(self) -> dict:
+        out = asdict(self)
+        del out["pair_name"], out["data_label"]
+        return out
+
+    @property
+    def key(self) -> str:
+        """The run key: names the run's folder, and is what tables look runs up by."""
+        return _hash(self.as_dict(), 10)
+
+    @property
+    def setting_key(self) -> str:
+        """What every run of one figure shares: the identity without the method, its parameters, m and the
+        drafter (the verifier alone has none)."""
+        rest = {k: v for k, v in self.as_dict().items() if k not in ("method", "params", "m", "drafter")}
+        return _hash(rest, 6)
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.method == BASELINE
+
+    def reference(self, which: str) -> RunIdentity:
+        """The identity of a reference run in this setting: `sps` (Rej) or `baseline` (the verifier
+        alone: speedup). The drafter and m are this run's (a baseline has neither)."""
+        method = Method(REFERENCES[which], {}, self.m or 0)
+        return replace(
+            self,
+            method=method.name,
+            params={},
+            m=self.m if method.uses_drafter else None,
+            drafter=self.drafter if method.uses_drafter else None,
+        )
+
+    @property
+    def folder_name(self) -> str:
+        return f"{Method(self.method, self.params, self.m or 0).run_name}_s{self.seed}_{self.key}"
+
+    def folder(self, runs: str | Path) -> Path:
+        """`<runs>/<data label>/<pair>/<method tag>_m<m>_s<seed>_<key>`."""
+        return Path(runs) / self.data_label / self.pair_name / self.folder_name

@@ -1,0 +1,76 @@
+"""What every figure family shares: a figure sink that writes PNG + PDF, one style per method, the
+verifier's ±1σ band, and a frame of stored runs grouped the way figures may join them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from ..runs import Run  # noqa: E402
+
+MARKERS = "os^Dvp<>h*"
+
+
+class Sink:
+    """Writes each figure as PNG and PDF into one folder and remembers what it wrote."""
+
+    def __init__(self, out_dir: Path | str):
+        self.out = Path(out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.made: dict[str, Path] = {}
+
+    def save(self, fig, name: str) -> None:
+        for ext in ("png", "pdf"):
+            fig.savefig(self.out / f"{name}.{ext}", bbox_inches="tight", dpi=130)
+        plt.close(fig)
+        self.made[name] = self.out / f"{name}.png"
+
+    def notes(self, name: str, notes: list[str]) -> None:
+        (self.out / f"{name}_notes.txt").write_text("\n".join(notes) + "\n")
+
+
+def runs_frame(runs: list[Run]) -> pd.DataFrame:
+    """One row per stored run with what figures plot and group by (its setting: everything but the method)."""
+    rows = []
+    for r in runs:
+        s, c = r.summary, r.config
+        rows.append(
+            {
+                "pair": r.pair_name,
+                "data": r.data_label,
+                "kind": c["data"].get("kind", "task"),
+                "setting": r.identity.setting_key,
+                "method": r.identity.method,
+                "baseline": r.is_baseline,
+                "delta": r.identity.params.get("delta"),
+                "m": c["m"],
+                "score": s.get("score"),
+                "score_stderr": s.get("score_stderr"),
+                "accepted_length": s.get("accepted_length"),
+                "run": r,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def delta_label(r) -> str:
+    return f" δ={r['delta']:g}" if r["delta"] is not None and not pd.isna(r["delta"]) else ""
+
+
+def method_styles(methods) -> dict[str, dict]:
+    """One colour and marker per method (stable across a figure's panels)."""
+    return {m: {"marker": MARKERS[i % len(MARKERS)], "color": f"C{i % 10}"} for i, m in enumerate(sorted(methods))}
+
+
+def verifier_band(ax, score: float | None, stderr: float | None, label: str = "verifier alone ±1σ") -> None:
+    """The verifier alone's score with its ±1 standard error, behind the methods' points."""
+    if score is None or pd.isna(score):
+        return
+    sd = stderr if stderr is not None and not pd.isna(stderr) else 0.0
+    ax.axhspan(score - sd, score + sd, color="grey", alpha=0.25, label=label)
+    ax.axhline(score, color="grey", lw=1)

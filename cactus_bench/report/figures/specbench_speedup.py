@@ -1,0 +1,29 @@
+"""Spec-Bench: speedup over the verifier alone per category (Spec-Bench's ratio of mean speeds)."""
+
+from __future__ import annotations
+
+from ...benchmarks import specbench
+from .common import plt
+
+
+def draw(sink, name, title, g, ver) -> None:
+    if not len(ver):
+        return
+    ar_run = ver.iloc[0]["run"]
+    methods = list(g["run"])
+    fig, ax = plt.subplots(figsize=(6.5, 3.4))
+    width = 0.8 / max(len(methods), 1)
+    cats = [*specbench.SUBTASKS, "overall"]
+    for i, r in enumerate(methods):
+        table = specbench.speed_metrics(r.samples, ar_run.samples)
+        ax.bar(
+            [j + i * width for j in range(len(cats))],
+            [table.get(c, {}).get("speedup", 0) for c in cats],
+            width,
+            label=r.folder.name.split("_s")[0],
+        )
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cats))], cats, rotation=30, fontsize=8)
+    ax.axhline(1.0, color="k", lw=1)
+    ax.set(ylabel="speedup (ratio of mean speeds)", title=f"Spec-Bench speedup per category — {title}")
+    ax.legend(fontsize=7)
+    sink.save(fig, f"fig_{name}")

@@ -1,0 +1,42 @@
+"""Figure 3: wall-time speedup over the verifier alone, with its 95 % interval (paired timing where stored)."""
+
+from __future__ import annotations
+
+from ... import metrics
+from ..runs import Run
+from .common import delta_label, plt
+
+
+def speedup_of(run: Run, ar_run: Run) -> tuple[metrics.Estimate | None, str]:
+    """The paired speedup where the run has paired times, else the task-time ratio against the separate
+    verifier-alone run; each with its bootstrap 95 % interval, and which one it is."""
+    paired = metrics.paired_speedup(run.samples)
+    if paired is not None:
+        return paired, "paired"
+    return metrics.speedup(run.samples, ar_run.samples), "task time"
+
+
+def draw(sink, name, title, g, ver) -> None:
+    if not len(ver):
+        return
+    ar_run = ver.iloc[0]["run"]
+    labels, values, lows, highs, kinds = [], [], [], [], set()
+    for _, r in g.sort_values(["method", "delta"]).iterrows():
+        est, kind = speedup_of(r["run"], ar_run)
+        if est is not None:
+            labels.append(r["method"] + delta_label(r))
+            values.append(est.value)
+            lows.append(est.value - est.low)
+            highs.append(est.high - est.value)
+            kinds.add(kind)
+    if not values:
+        return
+    fig, ax = plt.subplots(figsize=(6.2, 0.5 * len(values) + 1.4))
+    ax.barh(labels, values, xerr=[lows, highs], capsize=4, color="C0", alpha=0.8)
+    for y, (v, up) in enumerate(zip(values, highs)):
+        ax.annotate(f"{v:.2f}×", (v + up, y), xytext=(5, -3), textcoords="offset points", fontsize=7)
+    ax.axvline(1.0, color="k", lw=1)
+    ax.invert_yaxis()
+    ax.set(xlabel=f"speedup over the verifier alone ({' / '.join(sorted(kinds))}; 95 % bootstrap interval)")
+    ax.set_title(f"Speedup — {title}", fontsize=10)
+    sink.save(fig, f"fig3_speedup_{name}")

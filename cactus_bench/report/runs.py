@@ -1,0 +1,108 @@
+"""Stored runs as the reports, the planner and tracking see them: read from a results folder, looked up by
+their identity (`app.identity.RunIdentity`). An unreadable run is skipped with one warning naming it."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import yaml
+from omegaconf import DictConfig
+
+from ..app.identity import RunIdentity
+from ..app.store import read_samples
+from ..benchmarks.base import KINDS, Kind
+
+log = logging.getLogger("cactus_bench")
+
+
+@dataclass
+class Run:
+    folder: Path
+    config: dict
+    summary: dict
+    _samples: list | None = field(default=None, repr=False)
+
+    @property
+    def samples(self) -> list[dict]:
+        """Every shard's samples, each item once (a reader never repairs or counts twice)."""
+        if self._samples is None:
+            self._samples = read_samples(self.folder)
+        return self._samples
+
+    @cached_property
+    def identity(self) -> RunIdentity:
+        return RunIdentity.of(self.config)
+
+    @property
+    def key(self) -> str:
+        return self.identity.key
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.identity.is_baseline
+
+    @property
+    def kind(self) -> Kind:
+        return KINDS.get(self.config["data"].get("kind", "task"))
+
+    @property
+    def data_label(self) -> str:
+        return self.identity.data_label
+
+    @property
+    def pair_name(self) -> str:
+        return self.identity.pair_name
+
+
+class AmbiguousRuns(ValueError):
+    """Two stored runs have the same identity (a copied folder): a table cannot choose between them."""
+
+
+def load_runs(runs_dir: Path | str) -> list[Run]:
+    """Every finished run under a results folder (`paths.runs`)."""
+    runs = []
+    for summary in sorted(Path(runs_dir).glob("**/summary.json")):
+        folder = summary.parent
+        try:
+            run = Run(folder, yaml.safe_load((folder / "config.yaml").read_text()), json.loads(summary.read_text()))
+            run.identity  # noqa: B018  (a config that no longer composes into an identity is unreadable too)
+        except (OSError, ValueError, yaml.YAMLError, KeyError, TypeError, AttributeError) as e:
+            log.warning("skipping %s: unreadable run (%s: %s)", folder, type(e).__name__, str(e).splitlines()[0])
+            continue
+        runs.append(run)
+    return runs
+
+
+def find(runs: list[Run], identity: RunIdentity) -> Run | None:
+    """The stored run of exactly this identity, None if there is none."""
+    key = identity.key
+    hits = [r for r in runs if r.key == key]
+    if len(hits) > 1:
+        raise AmbiguousRuns(
+            f"{len(hits)} stored runs have the identity of {identity.method} on {identity.data_label} ({key}): "
+            f"{hits[0].folder} and {hits[1].folder}. Keep one (move the other out of the results folder)."
+        )
+    return hits[0] if hits else None
+
+
+def find_run(runs: list[Run], cfg: DictConfig) -> Run | None:
+    """The stored run of exactly this composed config (its full identity), None if there is none."""
+    return find(runs, RunIdentity.of(cfg))
+
+
+def references(runs: list[Run], identity: RunIdentity) -> dict[str, Run | None]:
+    """The runs a run is compared with: `sps` (Rej) and `baseline` (the verifier alone: speedup)."""
+    return {which: find(runs, identity.reference(which)) for which in ("sps", "baseline")}
+
+
+def stored_references(runs_dir: Path | str, identity: RunIdentity) -> dict[str, Run | None]:
+    """The same, read from their own folders only (tracking, at the end of one run)."""
+    found = {}
+    for which in ("sps", "baseline"):
+        ref = identity.reference(which)
+        found[which] = next(iter(load_runs(ref.folder(runs_dir))), None) if ref.folder(runs_dir).is_dir() else None
+    return found

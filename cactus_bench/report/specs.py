@@ -1,0 +1,128 @@
+"""Table and figure specs (sweeps/*.yaml): which pair, m, seed, datasets, rows (method + parameters) and
+columns, and the run config of each cell. A sweep runs the cells, and a table or figure finds each cell's
+run by the identity of the same config.
+
+A figure spec is a table spec with `figure:` naming its drawing and two extensions:
+
+* `pairs:` several pairs, one panel each (Figure 4's model families). `pair=tiny` maps every family to that
+  one pair (each panel then says so), for an offline run.
+* a row parameter given as a list (`delta: [0.25, 0.5, 1.0]`) is a curve: one run per value, joined in
+  parameter order.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+from ..app.schema import CONF_DIR
+
+ROW_KEYS = ("label", "method", "curve", "curve_param")  # what a spec row says besides the rule's parameters
+
+
+def row_params(row: dict) -> dict:
+    return {k: v for k, v in row.items() if k not in ROW_KEYS}
+
+
+def expand_rows(rows: list[dict]) -> list[dict]:
+    """A row with one list-valued parameter becomes a curve: one row per value, in the list's order."""
+    out = []
+    for row in rows:
+        lists = [k for k, v in row.items() if isinstance(v, list)]
+        if len(lists) > 1:
+            raise ValueError(f"row {row['label']!r}: one parameter may be a list (a curve), not {lists}")
+        if not lists:
+            out.append(row)
+            continue
+        key = lists[0]
+        for value in row[key]:
+            shown = f"{value:g}" if isinstance(value, float) else f"{value}"
+            out.append(
+                {**row, key: value, "label": f"{row['label']} {key}={shown}", "curve": row["label"], "curve_param": key}
+            )
+    return out
+
+
+def load_spec(path: str | Path, overrides: dict | None = None) -> dict:
+    """A table or figure spec with overrides applied; the paper's column keeps referring to the paper's own
+    pair. List-valued row parameters become curves (one row per value); with `pairs:` (a figure over model
+    families) a `pair` override maps every family to that pair."""
+    spec = yaml.safe_load(Path(path).read_text())
+    spec.setdefault("paper_pair", spec["pair"])
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    if spec.get("pairs") and "pair" in overrides:
+        spec["pair_override"] = overrides["pair"]
+    spec.update(overrides)
+    spec["rows"] = expand_rows(spec["rows"])
+    return spec
+
+
+def spec_pairs(spec: dict) -> list[tuple[str, str]]:
+    """(panel family, pair that runs it): `pairs:` with the `pair=` override mapping every family."""
+    families = spec.get("pairs") or [spec["pair"]]
+    override = spec.get("pair_override")
+    return [(family, override or family) for family in families]
+
+
+def pair_spec(spec: dict, pair: str) -> dict:
+    return {**spec, "pair": pair}
+
+
+def cell_values(spec: dict, row: dict, data: str) -> dict:
+    """One table cell's settings beyond the config defaults (what `sweep` writes as a `+cell` config)."""
+    node = {
+        "pair": spec["pair"],
+        "data": data,
+        "method": row["method"],
+        "m": int(spec["m"]),
+        "seed": int(spec.get("seed", 0)),
+        "experiment_name": spec["name"],
+        "params": row_params(row),
+    }
+    for key in ("limit", "max_gen_toks"):
+        if spec.get(key) is not None:
+            node[key] = int(spec[key])
+    if spec.get("paired_timing") is not None:
+        node["paired_timing"] = bool(spec["paired_timing"])
+    return node
+
+
+def run_overrides(spec: dict, row: dict, data: str) -> list[str]:
+    """The Hydra overrides of one table cell (what `sweep` runs and what the table looks up)."""
+    cell = cell_values(spec, row, data)
+    params = cell.pop("params")
+    out = [f"{k}={v}" for k, v in cell.items()]
+    return out + [f"method.params.{k}={v}" for k, v in params.items()]
+
+
+def cell_config(spec: dict, row: dict, data: str) -> dict:
+    """The same cell as a config group option (`# @package _global_`), for a multirun's `+cell=...`."""
+    cell = cell_values(spec, row, data)
+    params = cell.pop("params")
+    node = {"defaults": [{f"override /{g}": cell.pop(g)} for g in ("pair", "data", "method")], **cell}
+    if params:
+        node["method"] = {"params": params}
+    return node
+
+
+def compose_cell(spec: dict, row: dict, data: str, overrides: list[str] = ()) -> DictConfig:
+    """The config of one table cell: the spec's overrides, then the caller's (e.g. sampling=greedy)."""
+    return compose(tuple(run_overrides(spec, row, data)) + tuple(overrides))
+
+
+def compose(overrides: tuple[str, ...]) -> DictConfig:
+    """The run config Hydra composes from these overrides (composition is pure: cached; callers get a copy)."""
+    return OmegaConf.create(_compose(tuple(overrides)))
+
+
+@lru_cache(maxsize=512)
+def _compose(overrides: tuple[str, ...]) -> dict:
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = hydra_compose("config", overrides=list(overrides))
+    return OmegaConf.to_container(cfg, resolve=False)

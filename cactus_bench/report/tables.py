@@ -1,0 +1,163 @@
+"""Tables from stored runs, with the paper's numbers beside ours.
+
+Each cell is the stored run whose identity equals that of the cell's composed config; Rej and speedup use
+the SpS and verifier-alone runs of the same setting, and the table says when one is missing. What a cell
+holds is the benchmark kind's (`benchmarks.base.Kind.cells`): a task run fills one group, a Spec-Bench run
+one group per category.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from .. import metrics
+from ..app.identity import RunIdentity
+from ..benchmarks.base import KINDS
+from ..methods import BASELINE
+from ..utils import write_text_atomic
+from .runs import Run, find, references
+from .specs import compose_cell
+
+log = logging.getLogger("cactus_bench")
+
+UNVERIFIED_MARK = "†"
+REJ_FOOTNOTE = (
+    "Rej = r / r_SpS − 1 with r = Σ(drafted − accepted) / Σ emitted tokens, against the SpS run of the same "
+    "setting. The paper does not publish its formula (the authors' code does not compute it); from the paper's "
+    "own AL values this form gives −30/−35/−33 % (GSM8K) and −45/−46/−49 % (GPQA) against the printed "
+    "−32/−36/−34 and −46/−46/−50."
+)
+PROTOCOL_NOTE = "Protocol (every setting that decides a number, ours against the authors'): docs/protocol.md."
+COLUMNS = ["data", "label", "metric", "metric_label", "ours", "stderr", "ci", "paper", "paper_confidence"]
+
+
+def fmt(x, metric: str) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return metrics.METRICS.get(metric).format(x) if metric in metrics.METRICS else f"{x:.3g}"
+
+
+def label(metric: str) -> str:
+    return metrics.METRICS.get(metric).label if metric in metrics.METRICS else metric
+
+
+def build_table(spec: dict, runs: list[Run], overrides: list[str] = ()) -> tuple[pd.DataFrame, list[str]]:
+    """Long-form table: one row per (data or group, method row, metric) with ours, the paper's and the
+    difference. `overrides` are the Hydra overrides the runs were made with beyond the spec's."""
+    paper = pd.read_csv(spec["paper"]) if spec.get("paper") and Path(spec["paper"]).exists() else None
+    records, notes = [], []
+    for data in spec["data"]:
+        anchor = compose_cell(spec, {"method": "sps"}, data, overrides)  # the setting's SpS run
+        refs = references(runs, RunIdentity.of(anchor))
+        kind = KINDS.get(anchor.data.kind)
+        if refs["sps"] is None:
+            notes.append(f"{data}: no SpS run (pair {spec['pair']}, m={spec['m']}): Rej not computed")
+        if refs["baseline"] is None:
+            notes.append(f"{data}: no verifier-alone ({BASELINE}) run: speedup not computed")
+        for row in spec["rows"]:
+            run = find(runs, RunIdentity.of(compose_cell(spec, row, data, overrides)))
+            if run is None:
+                notes.append(f"{data}: no run for {row['label']}")
+                groups = {c: {} for c in _paper_groups(paper, row)} or {None: {}}
+            else:
+                groups = kind.cells(run, refs["sps"], refs["baseline"])
+            for group, values in groups.items():
+                for col in spec["columns"]:
+                    records.append(
+                        {
+                            "data": data if group is None else group,
+                            "label": row["label"],
+                            "metric": col,
+                            "metric_label": kind.labels.get(col),
+                            "ours": values.get(col),
+                            "stderr": values.get("score_stderr") if col == "score" else None,
+                            "ci": values.get(f"{col}_ci"),
+                            **_paper_cell(paper, spec, data, row, col, group),
+                        }
+                    )
+    df = pd.DataFrame.from_records(records, columns=COLUMNS)
+    df["diff"] = pd.to_numeric(df["ours"], errors="coerce") - pd.to_numeric(df["paper"], errors="coerce")
+    return df, notes
+
+
+def _paper_groups(paper: pd.DataFrame | None, row: dict) -> list:
+    """The paper's groups (e.g. Spec-Bench categories) for a row without a run: its cells still show."""
+    if paper is None or "category" not in paper:
+        return []
+    return list(paper[paper["method"] == row["method"]]["category"].unique())
+
+
+def _paper_cell(paper, spec, data, row, col, category=None) -> dict:
+    """The paper's number for a cell and how sure we are of it (`confidence` column of results/paper)."""
+    none = {"paper": None, "paper_confidence": None}
+    if paper is None or col not in paper.columns:
+        return none
+    pair = spec.get("paper_pair", spec["pair"])
+    sel = paper[(paper["pair"] == pair) & (paper["data"] == data) & (paper["method"] == row["method"])]
+    if "delta" in row:
+        sel = sel[pd.to_numeric(sel["delta"], errors="coerce") == row["delta"]]
+    if category is not None:
+        sel = sel[sel["category"] == category]
+    sel = sel.dropna(subset=[col])
+    if not len(sel):
+        return none
+    confidence = sel["confidence"].iloc[0] if "confidence" in sel.columns else None
+    return {"paper": float(sel[col].iloc[0]), "paper_confidence": confidence}
+
+
+def _footnotes(spec: dict, df: pd.DataFrame) -> list[str]:
+    out = []
+    if (df["paper_confidence"] == "unverified").any():
+        out.append(f"{UNVERIFIED_MARK} paper number not traced to a readable copy of the paper (unverified)")
+    if "rej" in spec.get("columns", []):
+        out.append(REJ_FOOTNOTE)
+    out.append(PROTOCOL_NOTE)
+    return out
+
+
+def wide(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows = method labels, columns = (data, metric) with 'ours (paper)'."""
+
+    def cell(r):
+        text = fmt(r["ours"], r["metric"])
+        if r["stderr"] is not None and not pd.isna(r["stderr"]) and r["ours"] is not None:
+            text += f" ± {r['stderr']:.1f}"
+        if isinstance(r.get("ci"), (list, tuple)) and r["ours"] is not None:
+            low, high = (fmt(v, r["metric"]).rstrip("×") for v in r["ci"])
+            text += f" [{low}, {high}]"
+        if r["paper"] is not None and not pd.isna(r["paper"]):
+            mark = UNVERIFIED_MARK if r.get("paper_confidence") == "unverified" else ""
+            text += f" ({fmt(r['paper'], r['metric'])}{mark})"
+        return text
+
+    labels = df["metric_label"].fillna(df["metric"].map(label))
+    df = df.assign(cell=df.apply(cell, axis=1), column=df["data"] + " " + labels)
+    order = list(dict.fromkeys(df["label"]))
+    return df.pivot(index="label", columns="column", values="cell").reindex(order)[list(dict.fromkeys(df["column"]))]
+
+
+def render_table(spec: dict, runs: list[Run], out_dir: Path | str, overrides: list[str] = ()) -> tuple[str, Path]:
+    """The table as Markdown, and written as CSV, Markdown and LaTeX under `out_dir` (never an empty one)."""
+    df, notes = build_table(spec, runs, overrides)
+    out = Path(out_dir)
+    base = out / spec["name"]
+    table = wide(df)
+    md = f"## {spec.get('title', spec['name'])}\n\n"
+    if spec.get("paper"):
+        md += f"ours (paper) — paper numbers from `{spec['paper']}`\n\n"
+    md += table.to_markdown() + "\n"
+    notes = notes + _footnotes(spec, df)
+    if notes:
+        md += "\n" + "\n".join(f"- {n}" for n in notes) + "\n"
+    if df["ours"].isna().all():  # no stored run matched any cell: never replace a file with an empty table
+        log.warning("no stored run matches %s: table printed, nothing written", spec["name"])
+        return md, base.with_suffix(".md")
+    out.mkdir(parents=True, exist_ok=True)
+    df.to_csv(base.with_suffix(".csv"), index=False)
+    write_text_atomic(base.with_suffix(".md"), md)
+    write_text_atomic(base.with_suffix(".tex"), table.to_latex(escape=True))
+    return md, base.with_suffix(".md")
