@@ -44,6 +44,14 @@ class Pair:
     verifier_id: str
 
     @property
+    def vocab_size(self) -> int:
+        """The ids both loops sample from: the tokenizer's. Embedding matrices are often padded past it (Qwen3:
+        151,936 rows for 151,669 tokens), differently in drafter and verifier; padded rows are no tokens, so
+        speculative decoding and the verifier alone both leave them out (`check_vocab` keeps the tokenizer
+        inside both models)."""
+        return len(self.tokenizer)
+
+    @property
     def tokenizer_name(self) -> str:
         """The name lm-eval files chat-templated prompts under."""
         return self.verifier_id.replace("/", "__")

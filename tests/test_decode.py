@@ -1,12 +1,11 @@
 """The decode loop end to end: lossless SpS, exact KV rollback, greedy equality, budgets, EOS, seeds."""
 
-import copy
 import itertools
 
 import pytest
 import torch
 
-from cactus_bench.decode import autoregressive_generate, speculative_generate
+from cactus_bench.decode import Engine, EngineOptions, Job, autoregressive_generate, speculative_generate
 from cactus_bench.decode import cache as cache_mod
 from cactus_bench.rules import build_rule
 
@@ -27,45 +26,79 @@ def fresh_next_logits(model, ids):
         return model(torch.tensor([ids])).logits[0, -1]
 
 
-def cached_next_logits(state, committed):
-    """Next-token logits from a copy of the loop's cache, fed only what the cache lacks."""
-    st = copy.copy(state)
-    st.cache = copy.deepcopy(state.cache)
+def fresh_kv(model, ids):
+    """Keys/values of a fresh forward over `ids` alone, per layer (every position kept)."""
+    tmp = cache_mod.rollback_safe_cache(model.config)
     with torch.no_grad():
-        return st.forward(torch.tensor([committed[state.cached :]]), keep=1)[0, -1]
+        model(torch.tensor([ids]), use_cache=True, **{cache_mod.cache_kwarg(model): tmp})
+    return [(layer.keys[0], layer.values[0]) for layer in tmp.layers]
 
 
-@pytest.mark.parametrize("static", [False, True], ids=["dynamic_cache", "static_cache"])
+def rollback_errors(drafter, verifier, prompts, *, rule="sps", m=3, batch_size=1, new_tokens=40, full=True):
+    """Decode `prompts` (batch_size rows, refilled as they finish); after every round, the largest gap
+    between what each row's caches hold and a fresh forward over its committed tokens (the verifier holds
+    all but the last, the drafter all but the last two). Rounds with a rejection (and with `full`, rounds
+    that accepted every draft) must have happened."""
+    errors, seen = [], {"rejections": 0, "full": 0, "rows": set()}
+
+    def check(engine, slots):
+        for b, row in enumerate(slots):
+            if row is None:
+                continue
+            seen["rows"].add(b)
+            c = row.committed
+            for runner, model, held in ((engine.vm, verifier, c[:-1]), (engine.dm, drafter, c[:-2])):
+                for (k, v), (k0, v0) in zip(runner.row_keys(b, len(held)), fresh_kv(model, held)):
+                    errors.append(float(max((k - k0).abs().max(), (v - v0).abs().max())))
+            a, d = row.rounds.accepted[-1], row.rounds.drafted[-1]
+            seen["rejections"] += a < d
+            seen["full"] += a == d > 0
+
+    engine = Engine(verifier, drafter, build_rule(rule), m, options=EngineOptions(batch_size))
+    engine.on_round = check
+    jobs = [Job(p, new_tokens, torch.Generator().manual_seed(i)) for i, p in enumerate(prompts)]
+    outs = [out for _, out in engine.run(jobs)]
+    assert all(len(o.tokens) == new_tokens for o in outs)
+    assert seen["rejections"] > 0 and (seen["full"] > 0 or not full), seen  # both kinds of rollback exercised
+    assert seen["rows"] == set(range(batch_size))
+    return errors
+
+
+PROMPTS = [PROMPT, [4, 5], [7, 8, 9, 10, 11, 12], [2, 3, 2, 3]]  # several lengths: rows at their own positions
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
 @pytest.mark.parametrize("rule,m", [("sps", 3), ("cactus", 4), ("tas", 2), ("mentored", 1)])
-def test_kv_rollback_equals_a_fresh_forward(pair, rule, m, static):
-    drafter, verifier = pair
-    seen = {"rounds": 0, "rejections": 0, "full": 0}
+def test_kv_rollback_equals_a_fresh_forward(pair, rule, m, batch_size):
+    """Every row's cache, after every round, holds exactly a fresh forward's keys and values for its committed
+    tokens: at batch size 1, and with 3 rows at different positions refilled from 4 prompts."""
+    assert max(rollback_errors(*pair, PROMPTS, rule=rule, m=m, batch_size=batch_size)) < 1e-4
 
-    def check(dm, vm, committed):
-        assert vm.cached == len(committed) - 1 and dm.cached <= len(committed) - 1
-        assert int(vm.cache.get_seq_length()) == vm.cached and int(dm.cache.get_seq_length()) == dm.cached
-        for state, model in ((dm, drafter), (vm, verifier)):
-            torch.testing.assert_close(
-                cached_next_logits(state, committed), fresh_next_logits(model, committed), atol=1e-4, rtol=1e-4
-            )
-        seen["rounds"] += 1
 
-    out = speculative_generate(
-        drafter,
-        verifier,
-        PROMPT,
-        rule=rule,
-        m=m,
-        max_new_tokens=40,
-        generator=torch.Generator().manual_seed(0),
-        on_round=check,
-        static_cache=static,
-    )
-    r = out.rounds
-    seen["rejections"] = sum(a < d for a, d in zip(r.accepted, r.drafted))
-    seen["full"] = sum(a == d > 0 for a, d in zip(r.accepted, r.drafted))
-    assert seen["rounds"] == out.verifier_calls > 3
-    assert seen["rejections"] > 0 and seen["full"] > 0, seen  # both kinds of rollback were exercised
+@pytest.fixture
+def no_rollback(monkeypatch):
+    """A realistic bug: write positions never move back within a request, so rejected drafts stay in the
+    cache and later tokens attend to them (a new request still starts at its own positions)."""
+    real_set, real_prefill = cache_mod.ModelRunner.set_positions, cache_mod.ModelRunner.prefill
+
+    def prefill(self, row, tokens):
+        self.fresh = True
+        return real_prefill(self, row, tokens)
+
+    def never_back(self, starts):
+        if not getattr(self, "fresh", False):
+            starts = [max(s, p) for s, p in zip(starts, self.cache.pos.tolist())]
+        self.fresh = False
+        real_set(self, starts)
+
+    monkeypatch.setattr(cache_mod.ModelRunner, "prefill", prefill)
+    monkeypatch.setattr(cache_mod.ModelRunner, "set_positions", never_back)
+
+
+def test_rollback_check_rejects_a_loop_that_forgets_to_roll_back(pair, no_rollback):
+    """Negative control: the check above fails when rejected drafts stay in the cache."""
+    with pytest.raises(AssertionError):
+        assert max(rollback_errors(*pair, PROMPTS[:1])) < 1e-4
 
 
 # --- the paper's other architectures (Gemma-2, Llama 3, R1-Distill's Qwen2) and Mistral ------------------
@@ -76,56 +109,24 @@ def family_pair(request):
     return tiny_family(request.param, 16, seed=0), tiny_family(request.param, 32, seed=1)
 
 
-def rollback_errors(drafter, verifier, **kw):
-    """Largest |cached − fresh| next-token logit gap of either model after each round."""
-    errors = []
-
-    def check(dm, vm, committed):
-        for state, model in ((dm, drafter), (vm, verifier)):
-            gap = cached_next_logits(state, committed) - fresh_next_logits(model, committed)
-            errors.append(float(gap.abs().max()))
-
-    out = speculative_generate(
-        drafter,
-        verifier,
-        PROMPT,
-        rule="sps",
-        m=3,
-        max_new_tokens=40,
-        generator=torch.Generator().manual_seed(0),
-        on_round=check,
-        **kw,
-    )
-    assert len(out.tokens) == 40 and any(a < d for a, d in zip(out.rounds.accepted, out.rounds.drafted))
-    return errors
+def test_kv_rollback_equals_a_fresh_forward_in_every_family(family_pair):
+    """Past a sliding window too: the fresh forward applies the window through the model's own masks; ours
+    keeps every position and must attend to the window only (through the masks we build), rows batched."""
+    assert max(rollback_errors(*family_pair, PROMPTS, batch_size=2, full=False)) < 1e-4  # a wrong window: > 1e-2
 
 
-@pytest.mark.parametrize("static", [False, True], ids=["dynamic_cache", "static_cache"])
-def test_kv_rollback_equals_a_fresh_forward_in_every_family(family_pair, static):
-    """Past a sliding window too: the fresh forward applies the window through the model's own cache; ours
-    keeps every position, must still attend to the window only, and roll back exactly."""
-    assert max(rollback_errors(*family_pair, static_cache=static)) < 1e-4  # a wrong window: > 1e-2
-
-
-@pytest.mark.parametrize("static", [False, True], ids=["dynamic_cache", "static_cache"])
 @pytest.mark.parametrize("arch", SLIDING)
-def test_sliding_window_caches_cannot_roll_back_past_the_window(arch, static, monkeypatch):
-    """Negative control: the model's own sliding layers either refuse the crop or keep the wrong window."""
-    from transformers import DynamicCache, StaticCache
-
+def test_a_mask_without_the_window_is_caught(arch, monkeypatch):
+    """Negative control: masks that ignore the sliding window attend past it once a row is longer."""
     pair = tiny_family(arch, 16, seed=0), tiny_family(arch, 32, seed=1)
-    monkeypatch.setattr(
-        cache_mod,
-        "rollback_safe_cache",
-        lambda config, static_len: (
-            DynamicCache(config=config) if static_len is None else StaticCache(config=config, max_cache_len=static_len)
-        ),
-    )
-    if not static:  # the dynamic sliding layer refuses to crop once it has evicted positions
-        with pytest.raises(RuntimeError, match="crop"):
-            rollback_errors(*pair, static_cache=static)
-    else:  # the static one crops silently and keeps the wrong window
-        assert max(rollback_errors(*pair, static_cache=static)) > 1e-2
+    full = cache_mod.RowCache.masks
+
+    def no_window(self, positions, dtype, impl):
+        self.window = 10**9
+        return full(self, positions, dtype, impl)
+
+    monkeypatch.setattr(cache_mod.RowCache, "masks", no_window)
+    assert max(rollback_errors(*pair, PROMPTS[:1], full=False)) > 1e-2
 
 
 # --- lossless: the law of the first L tokens under SpS is the verifier's exact AR law ---------------
@@ -204,11 +205,7 @@ def test_stopping_the_draft_at_eos_keeps_sps_lossless(small_pair):
 
 
 @pytest.mark.slow  # a negative control of the lossless test (3,000 decodes): CI's slow tier
-def test_lossless_test_rejects_a_loop_without_rollback(small_pair, ar_law, monkeypatch):
-    def forget_to_crop(self, length):  # bookkeeping says rolled back; the KV tensors keep rejected tokens
-        self.cached = min(self.cached, length)
-
-    monkeypatch.setattr(cache_mod.CachedModel, "rollback", forget_to_crop)
+def test_lossless_test_rejects_a_loop_without_rollback(small_pair, ar_law, no_rollback):
     samples, _ = sequence_samples(*small_pair, build_rule("sps"))
     assert g_test_pvalue(samples, ar_law) < P_THRESHOLD
 
@@ -313,9 +310,11 @@ def test_bad_arguments(pair, kwargs, match):
         speculative_generate(*pair, PROMPT, **args)
 
 
-def test_batch_size_above_one_is_a_clear_error(pair):
-    with pytest.raises(ValueError, match="batch size 1"):
+def test_two_prompts_to_the_one_prompt_api_is_a_clear_error(pair):
+    with pytest.raises(ValueError, match="one prompt at a time"):
         speculative_generate(*pair, torch.tensor([PROMPT, PROMPT]), rule="sps", m=2, max_new_tokens=4)
+    with pytest.raises(ValueError, match="at least two tokens"):
+        speculative_generate(*pair, [5], rule="sps", m=2, max_new_tokens=4)
 
 
 @pytest.mark.parametrize("rule", ["cactus", "speccas", "mentored"])
@@ -372,50 +371,54 @@ def test_sps_has_zero_realised_kl(pair):
     assert out.realised_kl == 0.0
 
 
-@pytest.mark.parametrize("rule", ["sps", "cactus", "speccas"])
-def test_static_cache_path_gives_the_same_tokens_as_eager(pair, rule):
-    def run(**kw):
-        out = speculative_generate(
-            *pair,
-            PROMPT,
-            rule=rule,
-            m=4,
-            max_new_tokens=50,
-            temperature=0.6,
-            top_k=20,
-            top_p=0.95,
-            generator=torch.Generator().manual_seed(5),
-            **kw,
-        )
-        return out.tokens, out.rounds.accepted
+def decode_both(pair, rule, **kw):
+    out = speculative_generate(
+        *pair,
+        PROMPT,
+        rule=rule,
+        m=4,
+        max_new_tokens=50,
+        temperature=0.6,
+        top_k=20,
+        top_p=0.95,
+        generator=torch.Generator().manual_seed(5),
+        **kw,
+    )
+    ar = autoregressive_generate(pair[1], PROMPT, max_new_tokens=30, generator=torch.Generator().manual_seed(5), **kw)
+    return out.tokens, out.rounds.accepted, ar.tokens
 
-    assert run() == run(static_cache=True)
-    ar = [
-        autoregressive_generate(
-            pair[1], PROMPT, max_new_tokens=30, generator=torch.Generator().manual_seed(5), **kw
-        ).tokens
-        for kw in ({}, {"static_cache": True})
-    ]
-    assert ar[0] == ar[1]
+
+@pytest.mark.parametrize("rule", ["sps", "cactus", "speccas"])
+def test_the_traced_forward_gives_the_same_tokens_as_eager(pair, rule):
+    """The forward dynamo traces (its `eager` backend: the graph the fast engine compiles, without inductor)."""
+    assert decode_both(pair, rule) == decode_both(pair, rule, compile="eager")
 
 
 @pytest.mark.slow
 def test_compiled_path_gives_the_same_tokens_as_eager(pair):
-    """torch.compile on CPU takes about a minute for the first shapes: slow suite."""
-
-    def run(**kw):
-        return speculative_generate(
-            *pair, PROMPT, rule="cactus", m=3, max_new_tokens=40, generator=torch.Generator().manual_seed(9), **kw
-        ).tokens
-
-    assert run() == run(compile=True)
+    """torch.compile with inductor on CPU takes about a minute for the first shapes: slow suite."""
+    assert decode_both(pair, "cactus") == decode_both(pair, "cactus", compile="inductor")
 
 
 def test_padded_embeddings_of_different_sizes_use_the_shared_vocabulary():
-    """Like Qwen3 pairs whose embedding matrices are padded differently: only shared ids are ever emitted."""
-    drafter = tiny_qwen3(vocab_size=24, hidden_size=16, logit_scale=30.0, seed=0)
-    verifier = tiny_qwen3(vocab_size=40, hidden_size=32, num_layers=2, logit_scale=30.0, seed=1)
-    out = speculative_generate(
-        drafter, verifier, PROMPT, rule="cactus", m=3, max_new_tokens=40, generator=torch.Generator().manual_seed(0)
-    )
-    assert len(out.tokens) == 40 and max(out.tokens) < 24
+    """Like Qwen3 pairs whose embedding matrices are padded differently: only shared ids are ever emitted, by
+    the speculative loop and by the verifier alone given the pair's vocabulary; and SpS's law of a token is
+    the verifier alone's, over that vocabulary, even where the verifier's padded rows carry mass."""
+    drafter = tiny_qwen3(vocab_size=24, hidden_size=16, logit_scale=3.0, seed=0)
+    verifier = tiny_qwen3(vocab_size=40, hidden_size=32, num_layers=2, logit_scale=3.0, seed=1)
+    law = torch.softmax(fresh_next_logits(verifier, PROMPT)[:24].double(), -1)
+    assert float(torch.softmax(fresh_next_logits(verifier, PROMPT).double(), -1)[24:].sum()) > 0.2  # padded mass
+    g = torch.Generator().manual_seed(0)
+    first = {"sps": [], "ar": [], "ar_unrestricted": []}
+    for _ in range(RUNS):
+        first["sps"].append(
+            speculative_generate(drafter, verifier, PROMPT, rule="sps", m=1, max_new_tokens=2, generator=g).tokens[0]
+        )
+        first["ar"].append(autoregressive_generate(verifier, PROMPT, max_new_tokens=1, vocab=24, generator=g).tokens[0])
+        first["ar_unrestricted"].append(
+            autoregressive_generate(verifier, PROMPT, max_new_tokens=1, generator=g).tokens[0]
+        )
+    assert max(first["sps"]) < 24 and max(first["ar"]) < 24
+    assert g_test_pvalue(torch.tensor(first["sps"]), law) > P_THRESHOLD
+    assert g_test_pvalue(torch.tensor(first["ar"]), law) > P_THRESHOLD
+    assert max(first["ar_unrestricted"]) >= 24  # control: the verifier's own vocabulary does emit padded ids

@@ -197,3 +197,50 @@ def test_non_normalised_or_logit_inputs_are_clear_errors():
         rule.verify(good_p, good_q.clone().fill_(float("nan")), d)
     with pytest.raises(ValueError, match="int64"):
         rule.verify(good_p, good_q, d.int())
+
+
+# --- rows with different numbers of drafts (a batch: drafts cut at EOS or the budget) ---------------------
+
+
+def ragged_worst_pvalue(rule, oracle=None, ignore_counts=False):
+    """Rows with 0..M drafts that count, random numbers given as uniforms (the engine's way): where a row
+    reaches position j < its count, the token there follows the exact law; a row that accepts all its k
+    drafts takes its bonus from q_k; nothing past a row's count is ever accepted."""
+    oracle = oracle or rule
+    p, q, p_raw, q_raw, drafts = scenario()
+    counts = torch.arange(TRIALS) % (M + 1)
+    u = torch.rand(TRIALS, M + 1, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    kw = {"draft_raw": p_raw.expand(TRIALS, M, V), "target_raw": q_raw.expand(TRIALS, M + 1, V)}
+    v = rule.verify(
+        p.expand(TRIALS, M, V),
+        q.expand(TRIALS, M + 1, V),
+        drafts,
+        uniforms=u,
+        n_drafts=None if ignore_counts else counts,
+        **kw,
+    )
+    worst = 1.0
+    for k in range(M + 1):
+        rows = counts == k
+        emitted, n_acc = v.emitted[rows], v.n_accepted[rows]
+        if not ignore_counts:
+            assert int(n_acc.max()) <= k
+        for j in range(k):
+            reached = n_acc >= j
+            law = oracle.output_law(p[j], q[j], p_raw=p_raw[j], q_raw=q_raw[j])
+            worst = min(worst, g_test_pvalue(emitted[reached, j], law))
+        full = n_acc == k
+        if int(full.sum()) >= 200:
+            worst = min(worst, g_test_pvalue(emitted[full, k], q[k]))
+    return worst
+
+
+@pytest.mark.parametrize("name,params", CONFIGS, ids=RULE_IDS)
+def test_kernel_law_with_rows_of_different_draft_counts(name, params):
+    assert ragged_worst_pvalue(build_rule(name, **params)) > P_THRESHOLD
+
+
+def test_ragged_law_test_rejects_a_kernel_that_ignores_the_counts():
+    """Negative control: a kernel that verifies every row's m drafts accepts past a row's EOS or budget."""
+    for name, params in [("sps", {}), ("cactus", {"delta": 0.75})]:
+        assert ragged_worst_pvalue(build_rule(name, **params), ignore_counts=True) < P_THRESHOLD

@@ -150,6 +150,9 @@ def validate(cfg: DictConfig) -> Method:
         bad("limit", cfg.limit, "a positive number of items, or null for all")
     if cfg.max_gen_toks < 1:
         bad("max_gen_toks", cfg.max_gen_toks, "must be >= 1")
+    b = cfg.batch_size
+    if b != "auto" and (isinstance(b, bool) or not isinstance(b, int) or b < 1):
+        bad("batch_size", b, "a positive integer, or auto (as many as fit the device's memory)")
     s = cfg.sampling
     for key in ("temperature", "top_p"):
         _finite(f"sampling.{key}", s[key])
@@ -193,6 +196,7 @@ def decoder_settings(cfg: DictConfig) -> DecoderSettings:
         seed=cfg.seed,
         backend=cfg.engine.backend,
         engine=cfg.engine.name,
+        batch_size=cfg.batch_size,
         add_bos_token=cfg.pair.add_bos_token,
         paired_timing=cfg.paired_timing,
     )

@@ -76,7 +76,7 @@ class TrackingConfig:
 @dataclass
 class EngineConfig:
     backend: str = "hf"  # a registered decode backend (decode.api.DECODERS)
-    name: str = "eager"  # the backend's engine (hf: eager | static | fast)
+    name: str = "auto"  # the backend's engine (hf: eager | fast | auto)
 
 
 @dataclass
@@ -107,6 +107,9 @@ class RunConfig:
     limit: int | None = doc("decode the first N items (null: all)", None)
     max_gen_toks: int = doc("token budget per reply (the pair's: 4096; 128 for pair=tiny)", 4096)
     shard: str | None = doc("i/n: decode only items i, i+n, ... (a cluster job each)", None)
+    batch_size: Any = doc(
+        "items decoded at once (auto: as many as fit the device's memory); not part of a run's identity", 1
+    )
     paired_timing: bool = doc("also decode each item with the verifier alone, back to back, for the speedup", False)
     experiment_name: str = doc("groups runs (a sweep's name; W&B group)", "default")
     progress: bool = doc("show a progress bar", True)

@@ -1,5 +1,6 @@
 """The decode engine: the `Decoder` interface (`api`) and its transformers backend (`hf`), round statistics
-(`stats`), models with their KV caches (`cache`), and the speculative and autoregressive loops (`loops`).
+(`stats`), models with their row caches (`cache`), the batched loops (`engine`) and their one-request
+functional form (`loops`).
 
 Names are loaded on first use, so the interface (and config validation, which reads the backends'
 registry) does not import transformers."""
@@ -15,9 +16,12 @@ _WHERE = {
     "Request": "api",
     "build_decoder": "api",
     "stable_seed": "api",
-    "CachedModel": "cache",
     "ForwardTimer": "cache",
-    "static_cache_len": "cache",
+    "ModelRunner": "cache",
+    "kv_bucket": "cache",
+    "Engine": "engine",
+    "EngineOptions": "engine",
+    "Job": "engine",
     "DecodeOptions": "loops",
     "autoregressive_generate": "loops",
     "speculative_generate": "loops",

@@ -68,7 +68,8 @@ class DecoderSettings:
     top_p: float = 1.0
     seed: int = 0  # the run seed: request streams are seeded from (seed, request.key)
     backend: str = "hf"
-    engine: str = "eager"  # the backend's engine option (hf: eager | static | fast)
+    engine: str = "auto"  # the backend's engine option (hf: eager | fast | auto)
+    batch_size: int = 1  # requests decoded at once
     add_bos_token: bool = False  # prepend BOS to text prompts (lm-eval does for Gemma)
     paired_timing: bool = False  # also decode each request with the verifier alone, back to back
     options: dict = field(default_factory=dict)  # backend-specific extras (e.g. a forward timer for benchmarks)

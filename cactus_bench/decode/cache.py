@@ -1,8 +1,18 @@
-"""A causal LM with its own KV cache: fed only the committed tokens its cache lacks, rolled back by crop.
+"""A causal LM with a KV cache of B rows, each row at its own position (`ModelRunner`).
 
-Eager: a DynamicCache (grows by concatenation, rollback slices). Fast path: a preallocated StaticCache
-(rollback moves the write position back, copying nothing) and compiled forwards for the steady-state
-shapes; the prefill and the short final rounds stay eager, so a run never recompiles.
+Rows of a batch accept different numbers of drafts per round, so each row has its own write position.
+The cache is preallocated once ([B, heads, capacity, dim] per layer; `RowCache`) and kept in a pool per
+(model, rows, capacity), so a run, and the next run of a sweep, write into the same tensors: a compiled
+forward and its CUDA graphs are recorded once. Rollback is free: the host sets each row's write position
+back and the next forward overwrites what was rejected (the attention mask never shows a row anything at
+or past its position).
+
+Attention reads only the live prefix: keys are sliced to a length bucket (`kv_bucket`: 256, 384, 512, 768,
+1024, ... up to the capacity) that covers the longest row, so a short sequence never streams the whole
+budget's cache. Each (new tokens, bucket) pair is one compiled shape.
+
+Sliding-window layers (Gemma-2, Mistral) keep every position here too: a window that has evicted a
+position cannot be rolled back. The window is applied by the attention mask this module builds.
 """
 
 from __future__ import annotations
@@ -14,124 +24,315 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor
-from transformers import DynamicCache, StaticCache
-from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer, StaticLayer, StaticSlidingWindowLayer
+from transformers import DynamicCache
+from transformers.cache_utils import Cache, CacheLayerMixin, DynamicLayer, DynamicSlidingWindowLayer
 
-# One graph per (shape, cache-size bucket): more than dynamo's default of 8 per function. Applied only
-# around our compiled calls, never to the process's other compiled code.
+# One dynamo graph per (new tokens, kv bucket, backend): more than dynamo's default of 8 per function.
+# Applied only around our compiled calls, never to the process's other compiled code.
 RECOMPILE_LIMIT = 64
-_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its compiled forward
+MASK_FORMATS = ("sdpa", "eager")  # attention implementations whose masks this module builds
+PREFILL = "cactus::prefill"  # the profiler's name for a row's prefill
 
 
-def compiled_forward(model: torch.nn.Module) -> Callable:
-    """torch.compile of the model's forward (CUDA graphs on GPU: launch-bound drafters need them), made once
-    per model and kept while the model lives. The compiled function is the class's forward called with the
-    model as its first argument, so the map's value holds no reference that would keep the model alive."""
-    if model not in _COMPILED:
-        mode = "reduce-overhead" if device_of(model).type == "cuda" else None
-        _COMPILED[model] = torch.compile(type(model).forward, mode=mode, dynamic=False)
-    return _COMPILED[model]
+def kv_bucket(needed: int, capacity: int | None = None) -> int:
+    """The smallest length bucket >= `needed` (256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, ...:
+    powers of two and 1.5 times them), at most `capacity`. Attention over a bucket reads at most 1.5x the
+    live keys, and a 4,096-token reply after a 1,000-token prompt passes through 6 buckets."""
+    j = 0
+    while True:
+        for base in (256, 384):
+            size = base << j
+            if size >= needed:
+                return size if capacity is None else min(size, capacity)
+        j += 1
+
+
+def buckets_between(lo: int, hi: int) -> list[int]:
+    """Every bucket a sequence growing from `lo` to `hi` tokens passes through."""
+    out, n = [], max(lo, 1)
+    while True:
+        b = kv_bucket(n)
+        out.append(b)
+        if b >= hi:
+            return out
+        n = b + 1
+
+
+def to_device(values: list, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """A host list on the device without waiting for it (pinned memory on CUDA: the copy is queued)."""
+    host = torch.tensor(values, dtype=dtype, pin_memory=device.type == "cuda")
+    return host.to(device, non_blocking=True)
+
+
+def cache_kwarg(model) -> str:
+    """transformers 5.24 renamed `past_key_values` to `cache`; 5.17 (the GPU box) predates it."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def device_of(model) -> torch.device:
+    return model.get_input_embeddings().weight.device
+
+
+class RowLayer(CacheLayerMixin):
+    """One attention layer's keys and values for every row; written at each row's position."""
+
+    is_compileable = True
+    is_sliding = False
+
+    def __init__(self, cache: RowCache):
+        super().__init__()
+        self._cache = cache
+
+    def lazy_initialization(self, key_states: Tensor, value_states: Tensor) -> None:
+        rows, capacity = self._cache.rows, self._cache.capacity
+        self.device = key_states.device
+        heads, dk, dv = key_states.shape[1], key_states.shape[-1], value_states.shape[-1]
+        self.keys = torch.zeros((rows, heads, capacity, dk), dtype=key_states.dtype, device=self.device)
+        self.values = torch.zeros((rows, heads, capacity, dv), dtype=value_states.dtype, device=self.device)
+        if not torch.compiler.is_compiling():
+            torch._dynamo.mark_static_address(self.keys)  # stable addresses: CUDA graphs record them once
+            torch._dynamo.mark_static_address(self.values)
+        self.is_initialized = True
+
+    def update(self, key_states: Tensor, value_states: Tensor, *args, **kwargs) -> tuple[Tensor, Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        rows, heads, n, _ = key_states.shape
+        pos = self._cache.pos.to(self.device)
+        idx = (pos[:, None] + torch.arange(n, device=self.device))[:, None, :, None]
+        self.keys.scatter_(2, idx.expand(rows, heads, n, self.keys.shape[-1]), key_states)
+        self.values.scatter_(2, idx.expand(rows, heads, n, self.values.shape[-1]), value_states)
+        kv = self._cache.kv_len
+        return self.keys[:, :, :kv], self.values[:, :, :kv]
+
+    def load_row(self, row: int, keys: Tensor, values: Tensor) -> None:
+        """Copy one sequence's keys/values [1, heads, n, dim] into positions 0..n-1 of `row`."""
+        if not self.is_initialized:
+            self.lazy_initialization(keys, values)
+        n = keys.shape[-2]
+        self.keys[row, :, :n].copy_(keys[0])
+        self.values[row, :, :n].copy_(values[0])
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self._cache.kv_len, 0
+
+    def get_seq_length(self) -> int:
+        return 0  # positions are per row and explicit: models never derive them from the cache
+
+    def get_max_length(self) -> int:
+        return self._cache.capacity
+
+
+class RowCache(Cache):
+    """Keys/values of B rows for every attention layer of one model, with the rows' write positions
+    (`pos`, a device tensor the host sets) and the key length attention reads (`kv_len`, a bucket)."""
+
+    def __init__(self, config, rows: int, capacity: int, device: torch.device):
+        self.rows, self.capacity = rows, capacity
+        self.pos = torch.zeros(rows, dtype=torch.long, device=device)
+        torch._dynamo.mark_static_address(self.pos)
+        self.kv_len = kv_bucket(1, capacity)
+        super().__init__(layers=[RowLayer(self) for _ in range(config.num_hidden_layers)])
+        types = getattr(config, "layer_types", None)
+        window = getattr(config, "sliding_window", None)
+        self.layer_types = set(types) if types else {"sliding_attention" if window else "full_attention"}
+        self.window = window
+
+    def masks(self, positions: Tensor, dtype: torch.dtype, impl: str) -> Tensor | dict[str, Tensor]:
+        """The attention mask of queries at `positions` [B, n] over the first `kv_len` keys: causal, and
+        within the window for sliding layers; in the format `impl` wants (sdpa: bool, eager: additive)."""
+        keys = torch.arange(self.kv_len, device=positions.device)
+        causal = keys[None, None, :] <= positions[:, :, None]  # [B, n, kv]
+        out = {}
+        for kind in self.layer_types:
+            mask = (
+                causal & (keys[None, None, :] > positions[:, :, None] - self.window)
+                if kind == "sliding_attention"
+                else causal
+            )
+            mask = mask[:, None]
+            if impl == "eager":
+                mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
+                    ~mask, torch.finfo(dtype).min
+                )
+            out[kind] = mask
+        return next(iter(out.values())) if len(out) == 1 else out
+
+
+def rollback_safe_cache(config) -> DynamicCache:
+    """A dynamic cache whose sliding-window layers keep every position (for a one-sequence prefill): a
+    sliding layer would evict what the row cache must hold; the mask HF builds from the config still
+    applies the window."""
+    cache = DynamicCache(config=config)
+    for i, layer in enumerate(cache.layers):
+        if isinstance(layer, DynamicSlidingWindowLayer):
+            cache.layers[i] = DynamicLayer()
+    return cache
 
 
 class ForwardTimer:
     """Accumulates the wall time of decode forwards (prefill excluded); pass it as `forward_timer=` to the
-    generate functions. `sync` waits for the device around each forward, which costs time on CUDA."""
+    engine. `sync` waits for the device around each forward, which costs time on CUDA."""
 
     def __init__(self, sync: bool = False):
         self.sync = sync
         self.seconds = 0.0
         self.calls = 0
 
-    def reset(self) -> None:
-        self.seconds, self.calls = 0.0, 0
-
     def _wait(self, device: torch.device) -> None:
         if self.sync and device.type == "cuda":
             torch.cuda.synchronize(device)
 
 
-class CachedModel:
-    """A model, its KV cache and how many tokens the cache holds.
+_POOL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {rows: RowCache}
+_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {backend: compiled step}
 
-    `static_len` preallocates a static cache of that many positions; `compiled` lists the (new tokens,
-    logits kept) shapes that run compiled (the steady state of a decode loop).
-    """
 
-    def __init__(
-        self,
-        model,
-        device: torch.device,
-        static_len: int | None = None,
-        compiled: frozenset[tuple[int, int]] = frozenset(),
-        timer: ForwardTimer | None = None,
-    ):
-        self.model = model
-        self.device = device
-        self.static = static_len is not None
-        self.cache = rollback_safe_cache(model.config, static_len)
-        self.cached = 0  # tokens the cache holds (kept here: asking the cache is slower)
-        self.compiled = compiled
+def pooled_cache(model, rows: int, capacity: int) -> RowCache:
+    """The model's row cache for `rows` rows and at least `capacity` positions: made once, reused by every
+    later run (the same tensors, so compiled graphs stay valid); a run that needs more positions replaces
+    it with a larger one."""
+    by_rows = _POOL.setdefault(model, {})
+    if rows not in by_rows or by_rows[rows].capacity < capacity:
+        by_rows.pop(rows, None)  # free the smaller one first
+        by_rows[rows] = RowCache(model.config, rows, capacity, device_of(model))
+    return by_rows[rows]
+
+
+def _step(model, cache: RowCache, ids: Tensor, keep: int, cache_kw: str, impl: str, vocab: int, warp, u: Tensor | None):
+    """One forward of `ids` [B, n] at the rows' positions, then the warped probabilities of the last `keep`
+    positions (over the first `vocab` ids) and, given uniforms `u` [B], a token sampled from the last one:
+    what a decode loop compiles, so warping and sampling run inside the compiled graph too."""
+    from ..rules import sample_weights
+
+    positions = cache.pos[:, None] + torch.arange(ids.shape[1], device=ids.device)
+    mask = cache.masks(positions, model.dtype, impl)
+    out = model.forward(
+        input_ids=ids,
+        position_ids=positions,
+        attention_mask=mask,
+        use_cache=True,
+        logits_to_keep=keep,
+        **{cache_kw: cache},
+    )
+    logits = out.logits[..., :vocab]
+    probs = warp(logits)
+    token = sample_weights(probs[:, -1], u=u) if u is not None else None
+    return logits, probs, token
+
+
+def compiled_step(model, backend: str) -> Callable:
+    """`_step` compiled for this model (CUDA graphs on GPU with inductor: launch-bound drafters need them);
+    made once per model and backend and kept while the model lives."""
+    per_model = _COMPILED.setdefault(model, {})
+    if backend not in per_model:
+        mode = "reduce-overhead" if backend == "inductor" and device_of(model).type == "cuda" else None
+        per_model[backend] = torch.compile(_step, backend=backend, mode=mode, dynamic=False)
+    return per_model[backend]
+
+
+class ModelRunner:
+    """A model, its row cache, and its forward (eager or compiled). `compile` names a torch.compile backend
+    (inductor for speed; `eager` traces with dynamo only, which tests use to count recompiles)."""
+
+    def __init__(self, model, rows: int, capacity: int, compile: str | None = None, timer: ForwardTimer | None = None):
+        impl = model.config._attn_implementation
+        if impl not in MASK_FORMATS:
+            raise ValueError(
+                f"the decode engine builds attention masks for {' and '.join(MASK_FORMATS)} attention; this model "
+                f"uses {impl!r}: load it with attn_implementation='sdpa'"
+            )
+        self.model, self.impl = model, impl
+        self.device = device_of(model)
+        self.cache = pooled_cache(model, rows, capacity)
+        self.rows, self.capacity = rows, self.cache.capacity
         self.timer = timer
-        self._compiled = compiled_forward(model) if compiled else None
-        # transformers 5.24 renamed past_key_values -> cache; 5.17 (the GPU box) may predate it.
-        self._cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        self.compile = compile
+        self.cache_kw = cache_kwarg(model)
+        self._step = compiled_step(model, compile) if compile else _step
 
-    def forward(self, new: Tensor, keep: int, prefill: bool = False) -> Tensor:
-        """Run `new` [1, n] on top of the cache; return the last `keep` logits [1, keep, V]."""
-        timer = None if prefill else self.timer
+    def set_positions(self, starts: list[int]) -> None:
+        """Each row's next write position (host -> device, no sync)."""
+        self.cache.pos.copy_(to_device(starts, torch.long, self.device), non_blocking=True)
+
+    def forward(
+        self, ids: Tensor, reach: int, keep: int, vocab: int, warp, u: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """Run `ids` [B, n] at the rows' positions and advance them by n: the last `keep` positions' logits
+        and warped probabilities, and with uniforms `u` a token sampled from the last (`_step`). `reach` is
+        the longest row's end after this forward (a host-side number: it picks the key bucket without
+        reading the device)."""
+        timer = self.timer
         if timer is not None:
             timer._wait(self.device)
             start = time.perf_counter()
-        n = new.shape[1]
-        kw = {self._cache_kw: self.cache}
-        if self.static:  # positions are explicit with a preallocated cache
-            kw["cache_position"] = torch.arange(self.cached, self.cached + n, device=self.device)
-        if (n, keep) in self.compiled and not prefill:
+        self.cache.kv_len = kv_bucket(reach, self.capacity)
+        args = (self.model, self.cache, ids, keep, self.cache_kw, self.impl, vocab, warp, u)
+        if self.compile:
             with torch._dynamo.config.patch(cache_size_limit=RECOMPILE_LIMIT):
-                out = self._compiled(self.model, input_ids=new, use_cache=True, logits_to_keep=keep, **kw)
+                out = self._step(*args)
         else:
-            out = self.model.forward(input_ids=new, use_cache=True, logits_to_keep=keep, **kw)
-        self.cached += n
+            out = self._step(*args)
+        self.cache.pos.add_(ids.shape[1])
         if timer is not None:
             timer._wait(self.device)
             timer.seconds += time.perf_counter() - start
             timer.calls += 1
-        return out.logits
+        return out
 
-    def rollback(self, length: int) -> None:
-        """Drop cached positions beyond `length` (a rejected suffix)."""
-        if self.cached > length:
-            if self.static:  # move each layer's write position back, in place (compiled graphs hold it);
-                for layer in self.cache.layers:  # StaticLayer.crop does this, but transformers 5.17 lacks it
-                    layer.cumulative_length.sub_(self.cached - length)
-            else:
-                self.cache.crop(length - self.cached)  # negative: the number of tokens to drop
-            self.cached = length
+    def prefill(self, row: int, tokens: list[int]) -> None:
+        """Fill `row` with the keys/values of `tokens` (positions 0..len-1): one eager forward of that
+        sequence alone, copied into the row."""
+        if not tokens:
+            return
+        tmp = rollback_safe_cache(self.model.config)
+        with torch.profiler.record_function(PREFILL):  # once per item: launch counts leave it out
+            self.model.forward(
+                input_ids=torch.tensor([tokens], device=self.device),
+                use_cache=True,
+                logits_to_keep=1,
+                **{self.cache_kw: tmp},
+            )
+        for layer, src in zip(self.cache.layers, tmp.layers):
+            layer.load_row(row, src.keys, src.values)
 
-
-def rollback_safe_cache(config, static_len: int | None):
-    """The model's own cache layout, except that sliding-window layers (Gemma-2, Mistral) keep every position.
-
-    A sliding layer evicts positions older than its window, so once a sequence passes the window a rejected
-    suffix cannot be rolled back: the dynamic layer refuses to crop and the static one silently keeps the
-    wrong window. A full-length layer crops exactly; the window itself is still applied by the model's
-    attention mask, which is built from the config, not from the cache.
-    """
-    if static_len is None:
-        cache = DynamicCache(config=config)
-    else:
-        cache = StaticCache(config=config, max_cache_len=static_len)
-    for i, layer in enumerate(cache.layers):
-        if type(layer) in (DynamicSlidingWindowLayer, StaticSlidingWindowLayer):
-            cache.layers[i] = DynamicLayer() if static_len is None else StaticLayer(max_cache_len=static_len)
-    return cache
+    def row_keys(self, row: int, length: int) -> list[tuple[Tensor, Tensor]]:
+        """What the cache holds for a row's first `length` positions, per layer (tests compare it with a
+        fresh forward)."""
+        return [(layer.keys[row, :, :length], layer.values[row, :, :length]) for layer in self.cache.layers]
 
 
-def static_cache_len(needed: int) -> int:
-    """Static caches come in sizes rounded up to 256 tokens, so prompts of different lengths reuse the
-    same compiled graphs (their shapes include the cache size)."""
-    return -(-needed // 256) * 256  # waste (attention over unused slots) stays small
+def capacity_for(needed: int) -> int:
+    """Cache positions for sequences up to `needed` tokens: the bucket holding them (so every bucket a
+    sequence passes through is a slice of the same tensors)."""
+    return kv_bucket(max(needed, 1))
 
 
-def device_of(model) -> torch.device:
-    return model.get_input_embeddings().weight.device
+def bytes_per_position(model) -> int:
+    """Key and value bytes one cached position costs across the model's layers (the KV read per token of
+    context and row)."""
+    c = model.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+    return 2 * c.num_hidden_layers * kv_heads * head_dim * torch.finfo(model.dtype).bits // 8
+
+
+def weight_bytes(model) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+MAX_AUTO_ROWS = 64  # past this a decode step is compute-bound on any current GPU: more rows add latency only
+
+
+def auto_rows(models: list, capacity: int, lookahead: int, vocab: int, share: float = 0.8) -> int:
+    """The most rows whose caches and per-round tensors fit `share` of the device's free memory (weights
+    are already loaded, so they are not counted again): capacity x KV bytes per position of each model,
+    plus the round's float32 logits and probabilities ((lookahead + 1) x vocab, a few copies)."""
+    from ..models import free_bytes
+
+    device = device_of(models[0])
+    free = free_bytes(str(device))
+    if free is None:
+        return 1
+    per_row = capacity * sum(bytes_per_position(m) for m in models) + 6 * (lookahead + 1) * vocab * 4
+    return max(1, min(MAX_AUTO_ROWS, int(share * free // per_row)))

@@ -28,15 +28,19 @@ def gather_last(x: Tensor, idx: Tensor) -> Tensor:
     return torch.gather(x, -1, idx.unsqueeze(-1)).squeeze(-1)
 
 
-def sample_weights(w: Tensor, generator: torch.Generator | None) -> Tensor:
+def sample_weights(w: Tensor, generator: torch.Generator | None = None, u: Tensor | None = None) -> Tensor:
     """One token per row from unnormalised non-negative weights, without a host sync.
 
     Inverse CDF on a float64 cumulative sum: one uniform per row (an exponential race needs V of them,
-    ~8x slower at V = 151,936 on CPU). `right=True` never lands on a zero-weight token.
+    ~8x slower at V = 151,936 on CPU), drawn from `generator` or given as `u` [...] in [0, 1).
+    `right=True` never lands on a zero-weight token.
     """
     c = torch.cumsum(w.double(), dim=-1)
-    u = torch.rand((*w.shape[:-1], 1), generator=generator, device=w.device, dtype=torch.float64) * c[..., -1:]
-    return torch.searchsorted(c, u, right=True).clamp(max=w.shape[-1] - 1).squeeze(-1)
+    if u is None:
+        u = torch.rand((*w.shape[:-1], 1), generator=generator, device=w.device, dtype=torch.float64)
+    else:
+        u = u.to(torch.float64).unsqueeze(-1)
+    return torch.searchsorted(c, u * c[..., -1:], right=True).clamp(max=w.shape[-1] - 1).squeeze(-1)
 
 
 def bisect_steps(dtype: torch.dtype) -> int:
@@ -124,6 +128,8 @@ class Rule(ABC):
         draft_tokens: Tensor,
         generator: torch.Generator | None = None,
         *,
+        uniforms: Tensor | None = None,
+        n_drafts: Tensor | None = None,
         check: bool | None = None,
         draft_raw: Tensor | None = None,
         target_raw: Tensor | None = None,
@@ -131,10 +137,15 @@ class Rule(ABC):
     ) -> Verification:
         """One speculative verification step for a batch, vectorised over all m positions.
 
-        draft_probs [B, m, V], target_probs [B, m+1, V] (last row: bonus position), draft_tokens [B, m].
+        draft_probs [B, m, V], target_probs [B, m+1, V] (row j: q at draft position j; the row after a
+        row's last draft is its bonus position), draft_tokens [B, m]. `n_drafts` [B] (default m): how many
+        of the m drafts of each row count (a draft cut at its EOS or at the token budget); positions past
+        them are never accepted, and a row that accepts all of its drafts takes its bonus from
+        target_probs at position n_drafts. Random numbers come from `generator` (m accept tests, then one
+        sample) or are given as `uniforms` [B, m+1] in that order, so a caller can fix each row's stream.
         Returns a ``Verification``: emitted [B, m+1] (-1 after the last emitted token), n_accepted [B] (the
-        prefix), n_accepted_any [B] (every position whose test passed), and with ``return_kl`` the realised
-        KL(h||q) per position [B, m] (else, and for target-free rules, None).
+        prefix), n_accepted_any [B] (every counted position whose test passed), and with ``return_kl`` the
+        realised KL(h||q) per position [B, m] (else, and for target-free rules, None).
         No host synchronisation unless ``check`` asks for value checks (default: only on CPU, where
         checking costs no sync).
         """
@@ -149,21 +160,29 @@ class Rule(ABC):
         extra.update(self.prepare(draft_probs, q, **extra))
         device = draft_probs.device
 
+        u_last = None if uniforms is None else uniforms[:, m]
         if m == 0:  # nothing drafted (e.g. one token of budget left): a plain verifier sample
             n_acc = n_any = torch.zeros(B, dtype=torch.int64, device=device)
-            last = sample_weights(target_probs[:, 0], generator)
+            last = sample_weights(target_probs[:, 0], generator, u_last)
         else:
             a = self.accept_prob(draft_probs, q, draft_tokens, **extra)  # [B, m]
-            u = torch.rand((B, m), generator=generator, device=device, dtype=a.dtype)
+            if uniforms is None:
+                u = torch.rand((B, m), generator=generator, device=device, dtype=a.dtype)
+            else:
+                u = uniforms[:, :m].to(a.dtype)
             passed = (u < a).to(torch.int64)
+            if n_drafts is not None:
+                passed = passed * (torch.arange(m, device=device) < n_drafts.unsqueeze(-1))
             n_acc = torch.cumprod(passed, dim=-1).sum(-1)  # accepted before the first rejection
             n_any = passed.sum(-1)
-            # The one sampled token sits at position n_acc: recovery there, or the bonus when n_acc == m.
+            # The one sampled token sits at position n_acc: recovery there, or the bonus when every draft
+            # was accepted (q at the position after the row's last draft).
             rows = torch.arange(B, device=device)
             j = n_acc.clamp(max=m - 1)
             row = {k: v[rows, j] for k, v in extra.items()}
             rec = self.recovery_weights(draft_probs[rows, j], q[rows, j], draft_tokens[rows, j], **row)
-            last = sample_weights(torch.where((n_acc == m).unsqueeze(-1), target_probs[:, m], rec), generator)
+            full = n_acc == (m if n_drafts is None else n_drafts)
+            last = sample_weights(torch.where(full.unsqueeze(-1), target_probs[rows, n_acc], rec), generator, u_last)
 
         pos = torch.arange(m + 1, device=device)
         emitted = torch.full((B, m + 1), -1, dtype=torch.int64, device=device)

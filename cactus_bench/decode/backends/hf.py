@@ -1,11 +1,13 @@
-"""The transformers backend of `Decoder`: our decode loops over Hugging Face causal LMs.
+"""The transformers backend of `Decoder`: our batched engine (`decode/engine.py`) over Hugging Face causal LMs.
 
-Engines: `eager` (dynamic KV caches), `static` (preallocated caches, rollback by position) and `fast`
-(static caches and compiled decode forwards).
+Engines: `eager` (plain forwards), `fast` (the steady-state forwards compiled with torch.compile: inductor
+kernels and, on CUDA, CUDA graphs), `auto` (fast on CUDA, eager on a CPU or a verifier spread over several
+devices). Both keep one preallocated row cache per model and batch size.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -17,11 +19,9 @@ if TYPE_CHECKING:
     from ...methods import Method
     from ...models import Pair
 
-ENGINES = {  # engine -> the loops' cache and compile options
-    "eager": {"static_cache": False, "compile": False},
-    "static": {"static_cache": True, "compile": False},
-    "fast": {"static_cache": True, "compile": True},
-}
+ENGINES = ("eager", "fast", "auto")
+COMPILE_BACKEND = "inductor"
+log = logging.getLogger("cactus_bench")
 
 
 def cut_at_stop(text: str, stops: Sequence[str]) -> str:
@@ -30,44 +30,74 @@ def cut_at_stop(text: str, stops: Sequence[str]) -> str:
     return text[:cut] if cut >= 0 else text
 
 
+def resolve_engine(engine: str, pair: Pair) -> str:
+    """`auto`: fast on CUDA (a launch-bound drafter needs compiled forwards and CUDA graphs), eager on a CPU
+    (compiling costs minutes there and gains little) or when the verifier is spread over several devices."""
+    if engine != "auto":
+        return engine
+    devices = {p.device for p in pair.verifier.parameters()} | {p.device for p in pair.drafter.parameters()}
+    return "fast" if all(d.type == "cuda" for d in devices) and len(devices) == 1 else "eager"
+
+
 class HFDecoder:
-    """Decodes requests one at a time with the method's loop (batch size 1, as the paper times)."""
+    """Decodes requests `settings.batch_size` at a time (1: each alone, as the paper times), refilling a
+    row as soon as its request finishes."""
 
     def __init__(self, pair: Pair, method: Method, settings: DecoderSettings):
+        from ...rules import build_rule
+        from ..engine import Engine, EngineOptions
+        from ..warp import Warper
+
         if settings.engine not in ENGINES:
             raise ValueError(f"unknown engine {settings.engine!r}; choose one of {', '.join(ENGINES)}")
         self.pair, self.method, self.settings = pair, method, settings
-        self.device = pair.verifier.get_input_embeddings().weight.device
+        self.engine_name = resolve_engine(settings.engine, pair)
+        warper = Warper(settings.temperature, settings.top_k, settings.top_p)
+        rule = method.rule
+        if rule is not None and warper.greedy:  # at T = 0 every rule is exact-match acceptance: SpS's
+            rule = build_rule("sps")
+        options = EngineOptions(
+            batch_size=settings.batch_size,
+            compile=COMPILE_BACKEND if self.engine_name == "fast" else None,
+            **settings.options,
+        )
+        self.engine = Engine(
+            pair.verifier,
+            pair.drafter if method.uses_drafter else None,
+            rule,
+            method.m if method.uses_drafter else 0,
+            warper,
+            pair.vocab_size,
+            set(pair.eos_token_id),
+            options,
+        )
+        self.device = self.engine.device
 
     def generate(self, requests: Sequence[Request]) -> Iterator[Generation]:
-        for req in requests:
-            yield self._generate(req)
+        from ..engine import Job
 
-    def _generate(self, req: Request) -> Generation:
         s, tok = self.settings, self.pair.tokenizer
-        ids = req.prompt
-        if isinstance(ids, str):
-            ids = tok(ids, add_special_tokens=s.add_bos_token)["input_ids"]
-        stops = [x for x in req.stop if x]
-        window = max((len(x) for x in stops), default=0) + 16
+        jobs = []
+        for req in requests:
+            ids = req.prompt
+            if isinstance(ids, str):
+                ids = tok(ids, add_special_tokens=s.add_bos_token)["input_ids"]
+            generator = torch.Generator().manual_seed(stable_seed(s.seed, req.key))  # the engine draws on the host
+            jobs.append(
+                Job(list(ids), req.max_new_tokens or s.max_new_tokens, generator, _stop_test(tok, req.stop), req)
+            )
+        for job, out in self.engine.run(jobs):
+            raw = tok.decode(out.tokens, skip_special_tokens=True) if tok is not None else ""
+            yield Generation(job.handle, out, cut_at_stop(raw, job.handle.stop), raw)
 
-        def stop(tokens: list[int]) -> bool:  # only the tail can newly contain a stop string
-            return any(x in tok.decode(tokens[-window:]) for x in stops)
 
-        out = self.method.generate(
-            self.pair.drafter,
-            self.pair.verifier,
-            ids,
-            max_new_tokens=req.max_new_tokens or s.max_new_tokens,
-            generator=torch.Generator(device=self.device).manual_seed(stable_seed(s.seed, req.key)),
-            eos_token_id=self.pair.eos_token_id,
-            stop=stop if stops else None,
-            **s.sampling,
-            **ENGINES[s.engine],
-            **s.options,
-        )
-        raw = tok.decode(out.tokens, skip_special_tokens=True) if tok is not None else ""
-        return Generation(req, out, cut_at_stop(raw, stops), raw)
+def _stop_test(tok, stops: Sequence[str]):
+    """stop(generated) -> whether the decoded tail contains a stop string (only the tail can newly have one)."""
+    stops = [x for x in stops if x]
+    if not stops:
+        return None
+    window = max(len(x) for x in stops) + 16
+    return lambda tokens: any(x in tok.decode(tokens[-window:]) for x in stops)
 
 
 @DECODERS.register("hf")

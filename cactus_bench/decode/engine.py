@@ -1,0 +1,349 @@
+"""The decode loops (methods.md §2) over B rows at once, with continuous refill.
+
+Every row is one request with its own committed tokens, cache positions, random stream, budget, EOS and
+stop strings. A speculative round, for all rows together:
+
+  draft   m drafter steps: the first feeds each row's last two committed tokens (rewriting the second to
+          last: the drafter's cache always lacks one or two, so one shape serves every row), the rest one
+          token each; p_j is warped, d_j sampled with the row's uniform. Every row drafts m tokens; a row's
+          draft counts up to its first EOS and its token budget (decided on the device: the law of what is
+          kept is that of drafting one token at a time and stopping there).
+  verify  one verifier forward over each row's last committed token + its m drafts: q_1..q_{m+1}.
+  accept  the rule decides every row at once (`Rule.verify` with n_drafts and the row's uniforms).
+  commit  the round's one host read: emitted tokens, accept counts, KL; rows commit their tokens, cut at
+          EOS or the budget, and check stop strings. Rollback is setting positions for the next round.
+
+When a row finishes, the next request takes its slot (its own prefill), so a long reply does not idle the
+batch. Each row draws 2m + 1 uniforms per round from its own generator (m drafts, m accept tests, one
+sample), whatever the batch size, so an item's tokens have the same law, and the same random numbers, at
+any B: batched and unbatched runs differ only by floating-point rounding in batched matmuls.
+
+The verifier-alone loop is the same with no drafter: one token per step for every row.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from ..rules import Rule
+from .cache import ForwardTimer, ModelRunner, auto_rows, buckets_between, capacity_for, device_of, to_device
+from .stats import GenerationOutput, Rounds
+from .warp import Warper
+
+AR_BLOCK = 32  # the verifier-alone loop draws its uniforms in blocks of this many tokens per row
+log = logging.getLogger("cactus_bench")
+
+
+@dataclass
+class Job:
+    """One request as the engine sees it: prompt ids, budget, random stream, stop test, caller's handle."""
+
+    prompt: list[int]
+    max_new_tokens: int
+    generator: torch.Generator  # a CPU generator: the item's random stream, whatever device decodes it
+    stop: Callable[[list[int]], bool] | None = None  # stop(generated) -> True ends decoding
+    handle: object = None
+
+
+@dataclass
+class Row:
+    job: Job
+    committed: list[int]
+    start: float
+    prefill: float
+    generated: list[int] = field(default_factory=list)
+    rounds: Rounds = field(default_factory=Rounds)
+    block: Tensor | None = None  # the verifier-alone loop's current block of uniforms, and the next one used
+    used: int = 0
+    has_kl: bool = False
+
+    @property
+    def left(self) -> int:
+        return self.job.max_new_tokens - len(self.generated)
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """How the engine runs (not what it samples): batch size, compiled forwards, timing."""
+
+    batch_size: int | str = 1  # rows decoded at once; "auto": as many as fit the device's free memory
+    compile: str | None = None  # a torch.compile backend for the steady-state forwards (None: eager)
+    sync_timing: bool = False  # synchronise CUDA at phase boundaries so phase times are exact (costs time)
+    forward_timer: ForwardTimer | None = None  # accumulates time inside decode forwards (benchmarks)
+
+
+class Engine:
+    """Decodes jobs with a rule (speculative) or with the verifier alone (`rule=None`, no drafter)."""
+
+    def __init__(
+        self,
+        verifier,
+        drafter=None,
+        rule: Rule | None = None,
+        m: int = 0,
+        warper: Warper | None = None,
+        vocab: int | None = None,
+        eos: set[int] = frozenset(),
+        options: EngineOptions = EngineOptions(),
+    ):
+        if rule is not None and (drafter is None or m < 1):
+            raise ValueError("speculative decoding needs a drafter and m >= 1")
+        self.verifier, self.drafter, self.rule, self.m = verifier, drafter, rule, m
+        self.warp, self.eos, self.options = warper or Warper(), set(eos), options
+        sizes = [verifier.config.vocab_size] + ([drafter.config.vocab_size] if drafter is not None else [])
+        self.vocab = vocab or min(sizes)  # the verifier alone must sample the same vocabulary as a pair
+        self.device = device_of(verifier)
+        self.eos_ids = torch.tensor(sorted(self.eos), dtype=torch.long, device=self.device)
+        self.on_round: Callable[[Engine, list[Row | None]], None] | None = None  # after each round (tests)
+
+    # --- running jobs --------------------------------------------------------------------------------
+    def run(self, jobs: Sequence[Job]) -> Iterator[tuple[Job, GenerationOutput]]:
+        """Decode every job; yield each (job, output) as it finishes (B at a time, refilling slots)."""
+        if not jobs:
+            return
+        for job in jobs:
+            self._check(job)
+        lookahead = self.m + 1 if self.rule is not None else 0
+        capacity = capacity_for(max(len(j.prompt) + j.max_new_tokens for j in jobs) + lookahead + 1)
+        rows = self.options.batch_size
+        if rows == "auto":
+            rows = auto_rows(
+                [x for x in (self.verifier, self.drafter) if x is not None], capacity, lookahead, self.vocab
+            )
+            log.info("batch_size=auto: %d rows fit (capacity %d positions each)", rows, capacity)
+        rows = min(rows, len(jobs))
+        timer, compile = self.options.forward_timer, self.options.compile
+        self.vm = ModelRunner(self.verifier, rows, capacity, compile, timer)
+        self.dm = ModelRunner(self.drafter, rows, capacity, compile, timer) if self.rule is not None else None
+        if compile:
+            log.info("compiled forwards (%s): %s", compile, self.graph_plan(min(len(j.prompt) for j in jobs), capacity))
+        queue = list(jobs)
+        slots: list[Row | None] = [None] * rows
+        with torch.inference_mode():
+            while True:
+                for b in range(rows):  # continuous refill: a free slot takes the next job
+                    if slots[b] is None and queue:
+                        slots[b] = self._admit(b, queue.pop(0))
+                if all(r is None for r in slots):
+                    return
+                finished = self._round(slots) if self.rule is not None else self._ar_step(slots)
+                if self.on_round is not None:
+                    self.on_round(self, slots)
+                for b, reason in finished:
+                    row = slots[b]
+                    slots[b] = None
+                    out = GenerationOutput(
+                        row.generated, row.rounds, row.prefill, time.perf_counter() - row.start, reason, row.has_kl
+                    )
+                    yield row.job, out
+
+    def graph_plan(self, shortest: int, capacity: int) -> str:
+        """How many graphs a run compiles: each forward width times each key bucket its rows pass through
+        (then every later item and run reuses them)."""
+        buckets = buckets_between(shortest, capacity)
+        widths = {"verifier": [self.m + 1] if self.rule is not None else [1]}
+        if self.rule is not None:
+            widths["drafter"] = [2, 1] if self.m > 1 else [2]
+        parts = [f"{name} {len(w)} width(s) x {len(buckets)} buckets" for name, w in widths.items()]
+        total = sum(len(w) for w in widths.values()) * len(buckets)
+        return f"up to {total} graphs ({'; '.join(parts)}: {', '.join(map(str, buckets))} positions)"
+
+    def _check(self, job: Job) -> None:
+        if job.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1; got {job.max_new_tokens}")
+        if not job.prompt:
+            raise ValueError("the prompt is empty: a prompt needs at least one token (e.g. BOS)")
+        if self.rule is not None and len(job.prompt) < 2:
+            raise ValueError("speculative decoding needs a prompt of at least two tokens (e.g. BOS + text)")
+        for name, model, extra in (("drafter", self.drafter, self.m + 1), ("verifier", self.verifier, self.m + 1)):
+            if model is None:
+                continue
+            limit = getattr(model.config, "max_position_embeddings", None)
+            needed = len(job.prompt) + job.max_new_tokens + (extra if self.rule is not None else 0)
+            if limit is not None and needed > limit:
+                what = "the prompt alone" if len(job.prompt) > limit else "prompt + max_new_tokens (+ draft lookahead)"
+                raise ValueError(
+                    f"{name} context is {limit} tokens but {what} needs {needed}: shorten the prompt or lower "
+                    "max_new_tokens"
+                )
+
+    def _admit(self, b: int, job: Job) -> Row:
+        """A job enters slot b: its prompt but the last token goes into the verifier's cache, all but the
+        last two into the drafter's (every forward feeds what its cache lacks)."""
+        start = time.perf_counter()
+        self.vm.prefill(b, job.prompt[:-1])
+        if self.dm is not None:
+            self.dm.prefill(b, job.prompt[:-2])
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return Row(job, list(job.prompt), start, time.perf_counter() - start)
+
+    # --- one speculative round -------------------------------------------------------------------------
+    def _round(self, slots: list[Row | None]) -> list[tuple[int, str]]:
+        m, vocab, warp = self.m, self.vocab, self.warp
+        live = [r for r in slots if r is not None]
+        clock = _Clock(self.device, self.options.sync_timing)
+        u = self._uniforms(slots, 2 * m + 1)  # [B, 2m+1]: drafts, accept tests, the sampled token
+        # draft: the first step feeds each row's last two committed tokens
+        lengths = [len(r.committed) if r is not None else 2 for r in slots]
+        self.dm.set_positions([n - 2 for n in lengths])
+        x = to_device([r.committed[-2:] if r is not None else [0, 0] for r in slots], torch.long, self.device)
+        reach = max(lengths)
+        need_raw = self.rule.needs_raw
+        probs, raws, drafts = [], [], []
+        for j in range(m):
+            logits, p, d = self.dm.forward(x, reach + j, 1, vocab, warp, u[:, j])
+            probs.append(p[:, -1])
+            drafts.append(d)
+            if need_raw:
+                raws.append(torch.softmax(logits[:, -1].float(), -1))
+            x = d[:, None]
+        p, d = torch.stack(probs, 1), torch.stack(drafts, 1)  # [B, m, V], [B, m]
+        budget = to_device([max(min(m, r.left - 1), 0) if r is not None else 0 for r in slots], torch.long, self.device)
+        n_drafts = torch.minimum(budget, self._first_eos(d) + 1)
+        t_draft = clock.lap()
+        # verify: each row's last committed token and its m drafts
+        self.vm.set_positions([n - 1 for n in lengths])
+        tail = to_device([[r.committed[-1] if r is not None else 0] for r in slots], torch.long, self.device)
+        v_logits, q, _ = self.vm.forward(torch.cat([tail, d.to(self.vm.device)], 1), reach + m, m + 1, vocab, warp)
+        v_logits, q = v_logits.to(self.device), q.to(self.device)  # a verifier spread by device_map: its last GPU
+        t_verify = clock.lap()
+        raw = {"draft_raw": torch.stack(raws, 1), "target_raw": torch.softmax(v_logits.float(), -1)} if need_raw else {}
+        v = self.rule.verify(p, q, d, uniforms=u[:, m:], n_drafts=n_drafts, check=False, return_kl=True, **raw)
+        if v.kl is not None:  # positions that saw a decision: up to the first rejection, within the draft
+            pos = torch.arange(m, device=self.device)
+            decided = (pos <= v.n_accepted.unsqueeze(-1)) & (pos < n_drafts.unsqueeze(-1))
+            kl_sum = (v.kl * decided).sum(-1).double()
+        else:
+            kl_sum = torch.zeros(len(slots), dtype=torch.float64, device=self.device)
+        verdict = torch.cat(
+            [v.emitted.double(), torch.stack([v.n_accepted, v.n_accepted_any, n_drafts], 1).double(), kl_sum[:, None]],
+            1,
+        )
+        host = verdict.tolist()  # the round's one host sync
+        t_rule = clock.lap()
+        finished = []
+        for b, row in enumerate(slots):
+            if row is None:
+                continue
+            emitted, (n, n_any, k, kl) = host[b][: m + 1], host[b][m + 1 :]
+            n, n_any, k = int(n), int(n_any), int(k)
+            tokens, reason = _commit([int(t) for t in emitted[: n + 1]], self.eos, row.left)
+            row.committed += tokens
+            row.generated += tokens
+            if reason is None and row.job.stop is not None and row.job.stop(row.generated):
+                reason = "stop"
+            row.has_kl = row.has_kl or v.kl is not None
+            row.rounds.add(
+                drafted=k,
+                accepted=min(n, len(tokens)),
+                accepted_any=n_any,
+                emitted=len(tokens),
+                t_draft=t_draft,
+                t_verify=t_verify,
+                t_rule=t_rule,
+                t_other=0.0,
+                kl_sum=kl,
+                kl_count=min(n + 1, k),
+            )
+            if reason is not None:
+                finished.append((b, reason))
+        other = clock.lap()
+        for row in live:
+            row.rounds.t_other[-1] = other
+        return finished
+
+    def _first_eos(self, d: Tensor) -> Tensor:
+        """Each row's first EOS draft index (m when there is none)."""
+        m = d.shape[1]
+        if not len(self.eos_ids):
+            return torch.full((d.shape[0],), m, dtype=torch.long, device=d.device)
+        hit = torch.isin(d, self.eos_ids)
+        first = torch.where(hit, torch.arange(m, device=d.device), m)
+        return first.min(-1).values
+
+    # --- one verifier-alone step -------------------------------------------------------------------------
+    def _ar_step(self, slots: list[Row | None]) -> list[tuple[int, str]]:
+        clock = _Clock(self.device, self.options.sync_timing)
+        lengths = [len(r.committed) if r is not None else 1 for r in slots]
+        self.vm.set_positions([n - 1 for n in lengths])
+        x = to_device([[r.committed[-1] if r is not None else 0] for r in slots], torch.long, self.vm.device)
+        u = torch.stack([self._next_ar_uniform(r) for r in slots]).to(self.vm.device, non_blocking=True)
+        _, _, token = self.vm.forward(x, max(lengths), 1, self.vocab, self.warp, u)
+        t_verify = clock.lap()
+        tokens = token.tolist()  # the one sync per token
+        t_rule = clock.lap()
+        finished = []
+        for b, row in enumerate(slots):
+            if row is None:
+                continue
+            t = tokens[b]
+            row.committed.append(t)
+            row.generated.append(t)
+            reason = "eos" if t in self.eos else ("length" if row.left <= 0 else None)
+            if reason is None and row.job.stop is not None and row.job.stop(row.generated):
+                reason = "stop"
+            row.rounds.add(
+                drafted=0,
+                accepted=0,
+                accepted_any=0,
+                emitted=1,
+                t_draft=0.0,
+                t_verify=t_verify,
+                t_rule=t_rule,
+                t_other=clock.lap(),
+                kl_sum=0.0,
+                kl_count=0,
+            )
+            if reason is not None:
+                finished.append((b, reason))
+        return finished
+
+    def _next_ar_uniform(self, row: Row | None) -> Tensor:
+        """The row's next uniform (a host tensor), from blocks of AR_BLOCK drawn from its generator."""
+        if row is None:
+            return torch.zeros((), dtype=torch.float64)
+        if row.block is None or row.used == AR_BLOCK:
+            row.block, row.used = torch.rand(AR_BLOCK, generator=row.job.generator, dtype=torch.float64), 0
+        row.used += 1
+        return row.block[row.used - 1]
+
+    def _uniforms(self, slots: list[Row | None], n: int) -> Tensor:
+        """Each row's next n uniforms from its own generator ([B, n]; zeros for empty slots), drawn on the host
+        (generators are CPU generators: an item's stream is the same on any device) and queued to the device."""
+        zeros = torch.zeros(n, dtype=torch.float64)
+        host = torch.stack(
+            [torch.rand(n, generator=r.job.generator, dtype=torch.float64) if r is not None else zeros for r in slots]
+        )
+        return host.pin_memory().to(self.device, non_blocking=True) if self.device.type == "cuda" else host
+
+
+def _commit(tokens: list[int], eos: set[int], budget: int) -> tuple[list[int], str | None]:
+    """Cut a round's tokens at the first EOS (kept) or at the token budget."""
+    for i, t in enumerate(tokens):
+        if t in eos:
+            return tokens[: i + 1], "eos"
+    if len(tokens) >= budget:
+        return tokens[:budget], "length"
+    return tokens, None
+
+
+class _Clock:
+    """Phase timer; on CUDA it synchronises at phase boundaries only if asked (that costs time)."""
+
+    def __init__(self, device: torch.device, sync: bool):
+        self.sync = sync and device.type == "cuda"
+        self.t = time.perf_counter()
+
+    def lap(self) -> float:
+        if self.sync:
+            torch.cuda.synchronize()
+        now = time.perf_counter()
+        dt, self.t = now - self.t, now
+        return dt

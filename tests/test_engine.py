@@ -1,0 +1,185 @@
+"""The engine a GPU run depends on, checked on a CPU: one cache per shape reused across items, no recompiles
+after warm-up, one host read per round, per-round ops that do not grow with depth, and batched decoding
+that keeps every item's law (and its random numbers) whatever the batch size."""
+
+import itertools
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+from cactus_bench.bench.launch import per_round
+from cactus_bench.decode import Engine, EngineOptions, Job
+from cactus_bench.decode import cache as cache_mod
+from cactus_bench.rules import build_rule
+
+from .helpers.models import tiny_pair, tiny_qwen3
+from .helpers.stats import P_THRESHOLD, g_test_pvalue
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny_pair(vocab_size=64, logit_scale=3.0)
+
+
+def jobs(prompts, new_tokens=24, seed=0, eos=None):
+    return [Job(list(p), new_tokens, torch.Generator().manual_seed(seed + i)) for i, p in enumerate(prompts)]
+
+
+def speculative(pair, batch_size=1, compile=None, rule="sps", m=4, eos=frozenset()):
+    drafter, verifier = pair
+    return Engine(verifier, drafter, build_rule(rule), m, eos=eos, options=EngineOptions(batch_size, compile))
+
+
+def decode(engine, todo) -> list:
+    """Outputs in the jobs' order (a batched engine yields them as they finish)."""
+    done = dict((id(job), out) for job, out in engine.run(todo))
+    return [done[id(job)] for job in todo]
+
+
+# --- one cache per shape, no recompiles ---------------------------------------------------------------------
+
+
+def test_items_in_the_same_bucket_reuse_the_cache_tensors(pair, monkeypatch):
+    """Compiled graphs (and CUDA graphs) hold the cache's addresses: a second item writes the same tensors.
+    Control: a cache made per item (what the engine did before) has new addresses."""
+
+    def addresses(engine):
+        return [(layer.keys.data_ptr(), layer.values.data_ptr()) for layer in engine.vm.cache.layers]
+
+    engine = speculative(pair)
+    decode(engine, jobs([[1, 2, 3]]))
+    first = addresses(engine)
+    decode(engine, jobs([[4, 5, 6, 7, 8]], seed=1))
+    assert addresses(engine) == first
+    fresh = cache_mod.RowCache
+    monkeypatch.setattr(
+        cache_mod, "pooled_cache", lambda model, rows, capacity: fresh(model.config, rows, capacity, "cpu")
+    )
+    decode(engine, jobs([[4, 5, 6, 7, 8]], seed=2))
+    assert addresses(engine) != first
+
+
+def test_no_recompiles_after_warm_up(pair):
+    """After one item, items of other prompt lengths (same key bucket) and other seeds compile nothing new
+    (dynamo's counters; the `eager` backend traces exactly what inductor would compile)."""
+    engine = speculative(pair, compile="eager")
+    decode(engine, jobs([[1, 2, 3, 4]]))
+    counters.clear()
+    decode(engine, jobs([[1, 2, 3, 4, 5, 6]], seed=1))
+    decode(engine, jobs([[9, 8]], seed=2))
+    assert counters["frames"]["total"] == 0 and counters["stats"]["unique_graphs"] == 0, dict(counters)
+    ar = Engine(pair[1], options=EngineOptions(1, "eager"))
+    decode(ar, jobs([[1, 2, 3]]))
+    counters.clear()
+    decode(ar, jobs([[5, 6, 7, 8, 9]], seed=3))
+    assert counters["frames"]["total"] == 0
+
+
+def test_buckets_grow_with_the_sequence_and_the_graph_plan_says_how_many():
+    """Attention reads the live prefix's bucket, not the whole budget; a GSM8K-sized run (1,000-token prompt,
+    4,096 new tokens, m = 20) compiles a small, stated number of graphs."""
+    sizes = [cache_mod.kv_bucket(n) for n in (1, 256, 257, 385, 1000, 3000, 5000)]
+    assert sizes == [256, 256, 384, 512, 1024, 3072, 6144]
+    gsm8k = cache_mod.capacity_for(1000 + 4096 + 22)
+    assert cache_mod.buckets_between(1000, gsm8k) == [1024, 1536, 2048, 3072, 4096, 6144]
+    engine = Engine(tiny_qwen3(), tiny_qwen3(seed=1), build_rule("sps"), 20)
+    plan = engine.graph_plan(1000, gsm8k)
+    assert plan.startswith("up to 18 graphs") and "drafter 2 width(s) x 6 buckets" in plan
+
+
+# --- what a round costs the host -----------------------------------------------------------------------------
+
+
+def rounds_of(engine, todo):
+    rounds = []
+    engine.on_round = lambda e, slots: rounds.append(1)
+    decode(engine, todo)
+    engine.on_round = None
+    return len(rounds)
+
+
+@pytest.mark.parametrize("compile", [None, "eager"], ids=["eager", "traced"])
+@pytest.mark.parametrize("speculative_rule", ["cactus", None], ids=["speculative", "verifier_alone"])
+def test_one_host_read_per_round(pair, compile, speculative_rule):
+    """The verdict is the round's only read of a device value: drafting does not check EOS token by token.
+    EOS is frequent here (every draft position can hit it), so a per-token check would show."""
+    eos = {3, 7, 11}
+    if speculative_rule:
+        engine = speculative(pair, compile=compile, rule=speculative_rule, eos=eos)
+    else:
+        engine = Engine(pair[1], eos=eos, options=EngineOptions(1, compile))
+    decode(engine, jobs([[1, 2]]))  # warm-up (traces)
+    todo = jobs([[1, 2, 3], [5, 6]], new_tokens=40, seed=4)
+    measured = per_round(lambda: rounds_of(engine, todo))
+    assert measured["host_syncs_per_round"] == 1.0, measured["reads"]
+
+
+def test_traced_ops_per_round_do_not_grow_with_depth():
+    """Eager dispatches every layer's ops; the compiled engine launches one graph per forward and a fixed
+    set of ops per round (uniforms, the rule's decision, the verdict), whatever the depth."""
+
+    def ops(layers, compile):
+        drafter, verifier = tiny_qwen3(seed=0, logit_scale=3.0), tiny_qwen3(num_layers=layers, seed=1, logit_scale=3.0)
+        engine = Engine(verifier, drafter, build_rule("sps"), 4, options=EngineOptions(1, compile))
+        decode(engine, jobs([[1, 2]]))
+        return per_round(lambda: rounds_of(engine, jobs([[1, 2, 3]], new_tokens=30)))["ops_per_round"]
+
+    eager = {n: ops(n, None) for n in (2, 8)}
+    traced = {n: ops(n, "eager") for n in (2, 8)}
+    assert eager[8] > eager[2] + 300  # ~70 ops a layer
+    assert abs(traced[8] - traced[2]) < 10 and traced[8] < 200, traced  # the budget: a round's bookkeeping
+
+
+# --- batched decoding keeps each item's law --------------------------------------------------------------------
+
+V, L, M = 5, 3, 2
+
+
+@pytest.fixture(scope="module")
+def sharp_pair():
+    return tiny_pair(vocab_size=V, logit_scale=1.0, init_std=0.5)
+
+
+def exact_ar_law(verifier, prompt, length):
+    law = []
+    for seq in itertools.product(range(V), repeat=length):
+        prob = 1.0
+        for i, t in enumerate(seq):
+            with torch.no_grad():
+                logits = verifier(torch.tensor([prompt + list(seq[:i])])).logits[0, -1]
+            prob *= float(torch.softmax(logits.double(), -1)[t])
+        law.append(prob)
+    return torch.tensor(law, dtype=torch.float64)
+
+
+def test_sps_is_lossless_at_batch_size_8(sharp_pair):
+    """3,000 decodes, 8 rows at a time, rows accepting different numbers of drafts each round (and refilled
+    as they finish): the law of every item's tokens is still the verifier's exact law."""
+    prompt = [1, 2, 3]
+    engine = Engine(sharp_pair[1], sharp_pair[0], build_rule("sps"), M, options=EngineOptions(8))
+    seen_rounds = {"mixed": 0}
+
+    def mixed(e, slots):
+        accepted = {r.rounds.accepted[-1] for r in slots if r is not None and r.rounds.accepted}
+        seen_rounds["mixed"] += len(accepted) > 1
+
+    engine.on_round = mixed
+    outs = decode(engine, jobs([prompt] * 3000, new_tokens=L))
+    cells = torch.tensor([sum(t * V ** (L - 1 - i) for i, t in enumerate(o.tokens)) for o in outs])
+    assert seen_rounds["mixed"] > 100  # rows really accepted different numbers of drafts in one round
+    assert g_test_pvalue(cells, exact_ar_law(sharp_pair[1], prompt, L)) > P_THRESHOLD
+
+
+def test_an_item_decodes_the_same_at_any_batch_size(pair):
+    """Each item has its own random stream, consumed in the same order at any B: its tokens and statistics
+    are the same at B = 1 and B = 4 (fp32 on a CPU: batched matmuls round alike here)."""
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9, 10], [11, 12, 13], [2, 2], [9, 9, 9]]
+    for rule in ("sps", "cactus"):
+        one = decode(speculative(pair, 1, rule=rule), jobs(prompts, new_tokens=30))
+        four = decode(speculative(pair, 4, rule=rule), jobs(prompts, new_tokens=30))
+        assert [o.tokens for o in one] == [o.tokens for o in four]
+        assert [o.rounds.accepted for o in one] == [o.rounds.accepted for o in four]
+    ar_one = decode(Engine(pair[1]), jobs(prompts))
+    ar_four = decode(Engine(pair[1], options=EngineOptions(4)), jobs(prompts))
+    assert [o.tokens for o in ar_one] == [o.tokens for o in ar_four]
