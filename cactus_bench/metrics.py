@@ -55,6 +55,7 @@ class Metric:
     name: str
     label: str  # column header in tables and figures
     fmt: str = "{:.3g}"
+    timed: bool = False  # a wall-time figure: its conditions must match (`timing_caveat`)
     pooled: Callable[[dict], float | None] | None = None  # counters -> value
     relative: Callable[[list[dict], list[dict]], float | Estimate | None] | None = None  # (samples, refs)
     reference: str | None = None  # which reference run `relative` needs
@@ -88,17 +89,18 @@ def pooled_metric(label: str, fmt: str = "{:.3g}", tracked: bool = True, cli: bo
     return deco
 
 
-def relative_metric(label: str, reference: str, fmt: str = "{:.3g}", tracked: bool = True):
+def relative_metric(label: str, reference: str, fmt: str = "{:.3g}", tracked: bool = True, timed: bool = False):
     def deco(fn: Callable[[list[dict], list[dict]], float | None]):
-        METRICS.add(fn.__name__, Metric(fn.__name__, label, fmt, relative=fn, reference=reference, tracked=tracked))
+        metric = Metric(fn.__name__, label, fmt, relative=fn, reference=reference, tracked=tracked, timed=timed)
+        METRICS.add(fn.__name__, metric)
         return fn
 
     return deco
 
 
-def sampled_metric(label: str, fmt: str = "{:.3g}", tracked: bool = True, cli: bool = False):
+def sampled_metric(label: str, fmt: str = "{:.3g}", tracked: bool = True, cli: bool = False, timed: bool = False):
     def deco(fn: Callable[[list[dict]], float | Estimate | None]):
-        METRICS.add(fn.__name__, Metric(fn.__name__, label, fmt, sampled=fn, tracked=tracked, cli=cli))
+        METRICS.add(fn.__name__, Metric(fn.__name__, label, fmt, sampled=fn, tracked=tracked, cli=cli, timed=timed))
         return fn
 
     return deco
@@ -131,9 +133,10 @@ def ratio_of_sums(pairs: list[tuple[float, float]], resamples: int = 2000, seed:
 
 
 def flatten(name: str, value: float | Estimate | None) -> dict:
-    """A metric's entries in a summary: the value, and the interval of an `Estimate` under `<name>_ci`."""
+    """A metric's entries in a summary: the value, and for an `Estimate` its interval under `<name>_ci` and
+    the number of items it was computed on under `<name>_n`."""
     if isinstance(value, Estimate):
-        return {name: value.value, f"{name}_ci": [value.low, value.high]}
+        return {name: value.value, f"{name}_ci": [value.low, value.high], f"{name}_n": value.items}
     return {name: value}
 
 
@@ -202,7 +205,7 @@ def rej(samples: list[dict], sps_samples: list[dict]) -> float | None:
     return 100.0 * (r / r_sps - 1.0) if (r is not None and r_sps) else None
 
 
-@sampled_metric("speedup (paired)", "{:.2f}×", cli=True)
+@sampled_metric("speedup (paired)", "{:.2f}×", cli=True, timed=True)
 def paired_speedup(samples: list[dict]) -> Estimate | None:
     """Paired timing: each item decoded by the verifier alone and by the method back to back in one process
     (alternating which goes first); Σ verifier-alone time / Σ method time over the items, with a bootstrap
@@ -212,7 +215,7 @@ def paired_speedup(samples: list[dict]) -> Estimate | None:
     )
 
 
-@relative_metric("speedup (task time)", reference="baseline", fmt="{:.2f}×")
+@relative_metric("speedup (task time)", reference="baseline", fmt="{:.2f}×", timed=True)
 def speedup(samples: list[dict], baseline_samples: list[dict]) -> Estimate | None:
     """The paper's speedup: time(verifier alone) / time(method), summed over the items both runs finished
     (the authors time the whole task; per-item sums leave out only the harness's own work). The two runs
@@ -221,7 +224,7 @@ def speedup(samples: list[dict], baseline_samples: list[dict]) -> Estimate | Non
     return ratio_of_sums([(base[s["id"]], s["stats"]["wall_time"]) for s in samples if s["id"] in base])
 
 
-@relative_metric("throughput ×", reference="baseline", fmt="{:.2f}×")
+@relative_metric("throughput ×", reference="baseline", fmt="{:.2f}×", timed=True)
 def throughput_speedup(samples: list[dict], baseline_samples: list[dict]) -> float | None:
     """(tokens/s of the method) / (tokens/s of the verifier alone) over the items both runs finished."""
     base = {s["id"]: s for s in baseline_samples}
@@ -229,6 +232,54 @@ def throughput_speedup(samples: list[dict], baseline_samples: list[dict]) -> flo
     if not common:
         return None
     return _ratio(tokens_per_s(pool(common)), tokens_per_s(pool([base[s["id"]] for s in common])))
+
+
+# --- the conditions a time was taken under ------------------------------------------------------------------
+
+BUSY = 1.0  # runnable processes per core (1-minute load average / cores) above which a machine is busy
+
+
+def condition_class(c: dict) -> tuple:
+    """What two timings must share to be compared: host, device, threads, batch size, quiet or busy."""
+    return (c.get("host"), c.get("device"), c.get("threads"), c.get("batch_size"), c.get("load", 0) > BUSY)
+
+
+def describe(c: tuple) -> str:
+    host, device, threads, batch, busy = c
+    return f"{host}/{device}, {threads} thread(s), batch {batch}, {'busy' if busy else 'quiet'}"
+
+
+def timing_caveat(metric: Metric, samples: list[dict], reference: list[dict] | None = None) -> tuple[bool, str] | None:
+    """Why a timed metric's value must not be read as it stands: (withheld, reason), or None when it may.
+    A paired speedup mixing items timed under different conditions (a resume on a busier or another
+    machine) is flagged; a task-time speedup of runs decoded in batches is withheld (a batched item's
+    wall time is not its own), and one whose two runs were timed under different conditions is flagged."""
+    if not metric.timed:
+        return None
+    if metric.sampled is not None:
+        timed = [s for s in samples if s["stats"].get("paired_method_time") is not None]
+        kinds = {condition_class(s.get("timing_conditions", {})) for s in timed}
+        if len(kinds) > 1:
+            return False, f"{metric.label}: its items were timed under {len(kinds)} conditions: " + "; ".join(
+                sorted(map(describe, kinds))
+            )
+        return None
+    if reference is None:
+        return None
+    sides = {
+        name: {condition_class(s.get("conditions", {})) for s in runs}
+        for name, runs in (("method", samples), ("baseline", reference))
+    }
+    if any(c[3] not in (1, None) for kinds in sides.values() for c in kinds):
+        return (
+            True,
+            f"{metric.label}: withheld, the runs were decoded in batches (see the timed sample's paired speedup)",
+        )
+    if sides["method"] != sides["baseline"] or len(sides["method"]) > 1:
+        return False, f"{metric.label}: the two runs were timed under different conditions: " + "; ".join(
+            sorted(map(describe, sides["method"] | sides["baseline"]))
+        )
+    return None
 
 
 # --- pooling --------------------------------------------------------------------------------------------

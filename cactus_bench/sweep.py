@@ -25,7 +25,7 @@ import yaml
 from .report import compose, figures, load_runs, load_spec, render_table
 from .report.specs import cell_config, pair_spec, run_overrides, spec_pairs
 
-SPEC_KEYS = ("pair", "limit", "data", "m", "max_gen_toks", "seed")
+SPEC_KEYS = ("pair", "limit", "data", "m", "max_gen_toks", "seed", "batch_size", "timing_sample")
 
 
 def parse(argv: list[str]) -> tuple[str, dict, list[str]]:

@@ -7,6 +7,7 @@ import torch
 
 from cactus_bench.decode import Engine, EngineOptions, Job, autoregressive_generate, speculative_generate
 from cactus_bench.decode import cache as cache_mod
+from cactus_bench.decode import engine as engine_mod
 from cactus_bench.rules import build_rule
 
 from .helpers.models import SLIDING, tiny_family, tiny_pair, tiny_qwen3
@@ -27,8 +28,11 @@ def fresh_next_logits(model, ids):
 
 
 def fresh_kv(model, ids):
-    """Keys/values of a fresh forward over `ids` alone, per layer (every position kept)."""
-    tmp = cache_mod.rollback_safe_cache(model.config)
+    """Keys/values of a fresh forward over `ids` alone, per layer, by transformers' own cache and masks (its
+    sliding layers keep their window's positions only: those are compared)."""
+    from transformers import DynamicCache
+
+    tmp = DynamicCache(config=model.config)
     with torch.no_grad():
         model(torch.tensor([ids]), use_cache=True, **{cache_mod.cache_kwarg(model): tmp})
     return [(layer.keys[0], layer.values[0]) for layer in tmp.layers]
@@ -49,6 +53,8 @@ def rollback_errors(drafter, verifier, prompts, *, rule="sps", m=3, batch_size=1
             c = row.committed
             for runner, model, held in ((engine.vm, verifier, c[:-1]), (engine.dm, drafter, c[:-2])):
                 for (k, v), (k0, v0) in zip(runner.row_keys(b, len(held)), fresh_kv(model, held)):
+                    n = k0.shape[-2]  # a sliding layer of the fresh forward keeps only its window
+                    k, v = k[..., len(held) - n :, :], v[..., len(held) - n :, :]
                     errors.append(float(max((k - k0).abs().max(), (v - v0).abs().max())))
             a, d = row.rounds.accepted[-1], row.rounds.drafted[-1]
             seen["rejections"] += a < d
@@ -93,6 +99,7 @@ def no_rollback(monkeypatch):
 
     monkeypatch.setattr(cache_mod.ModelRunner, "prefill", prefill)
     monkeypatch.setattr(cache_mod.ModelRunner, "set_positions", never_back)
+    monkeypatch.setattr(engine_mod, "capacity_for", lambda n: cache_mod.kv_bucket(8 * n))  # room for what piles up
 
 
 def test_rollback_check_rejects_a_loop_that_forgets_to_roll_back(pair, no_rollback):

@@ -153,6 +153,12 @@ def validate(cfg: DictConfig) -> Method:
     b = cfg.batch_size
     if b != "auto" and (isinstance(b, bool) or not isinstance(b, int) or b < 1):
         bad("batch_size", b, "a positive integer, or auto (as many as fit the device's memory)")
+    if cfg.paired_timing and b != 1:
+        bad("paired_timing", True, f"it times every item at batch size 1, not {b}: use timing_sample=N with batching")
+    if cfg.timing_sample is not None and cfg.timing_sample < 1:
+        bad("timing_sample", cfg.timing_sample, "a positive number of items to time, or null")
+    if cfg.threads is not None and cfg.threads < 1:
+        bad("threads", cfg.threads, "a positive number of torch threads, or null (torch's default)")
     s = cfg.sampling
     for key in ("temperature", "top_p"):
         _finite(f"sampling.{key}", s[key])

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import logging
 
+from dataclasses import replace
+
+import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
@@ -16,7 +19,8 @@ from ..methods import Method
 from ..models import Pair, check_available, load_pair
 from .config import decoder_settings, validate
 from .identity import RunIdentity
-from .store import RunStore, StoreError, duplicated_items
+from . import timing
+from .store import RunStore, StoreError, duplicated_items, read_timings
 from .tracking import NullTracker, make_tracker
 
 log = logging.getLogger("cactus_bench")
@@ -60,12 +64,15 @@ def run(cfg: DictConfig, method: Method | None = None) -> dict:
     """Run (or resume) the configured run; returns its summary. `method`: the config's, already validated."""
     method = method or validate(cfg)  # before anything expensive
     bench = make_benchmark(cfg.data)  # data errors surface before models load
-    pair = get_pair(cfg)
-    decoder = build_decoder(pair, method, decoder_settings(cfg))
-    bench.prepare(pair, f"{cfg.pair.name}-{method.tag}")
-    store = RunStore.open(cfg)  # takes the run's (or shard's) lock: one writer per file
+    if cfg.threads is not None and not str(cfg.pair.device).startswith("cuda"):
+        torch.set_num_threads(cfg.threads)  # on a CPU (a GPU run's host threads barely matter)
+    store = RunStore.open(cfg)  # the run's (or shard's) lock first: a second writer is refused before any load
     tracker = NullTracker()
     try:
+        pair = get_pair(cfg)
+        settings = decoder_settings(cfg)
+        decoder = build_decoder(pair, method, settings)
+        bench.prepare(pair, f"{cfg.pair.name}-{method.tag}")
         tracker = make_tracker(cfg, store.folder)
         done = {s["index"]: s for s in store.samples()}
         items = bench.items(cfg.limit)
@@ -80,26 +87,63 @@ def run(cfg: DictConfig, method: Method | None = None) -> dict:
             len(todo),
             store.folder,
         )
+        device = str(decoder_device(pair))
         finished = [done[k] for k in sorted(done)]
         bar = tqdm(total=len(todo), desc=f"{cfg.method.name} {cfg.data.name}", disable=not cfg.progress)
         for record in bench.decode(decoder, todo):
             bar.update()
+            here = timing.conditions(device, settings.batch_size)
+            paired = timing.split_timing(record)
+            record["conditions"] = here
             store.append(record)
+            if paired is not None:
+                store.append_timing(timing.timing_record(record["index"], paired, here))
             finished.append(record)
             tracker.log_sample(len(finished), record)
             live = metrics.derive(metrics.pool(finished))
             bar.set_postfix(AL=f"{live['accepted_length'] or 0:.2f}", tok_s=f"{live['tokens_per_s'] or 0:.1f}")
         bar.close()
+        if method.uses_drafter and (cfg.paired_timing or (cfg.timing_sample and cfg.batch_size != 1)):
+            time_sample(cfg, bench, pair, method, store, items, mine, device)
         summary = merge(cfg, method, bench, store, [bench.key(item) for item in items])
         store.finish("complete" if summary["complete"] else "incomplete")
         if cfg.tracking.backend != "none":
             tracker.log_figures(accepted_length_figure(finished, store.folder))
-        tracker.finish(summary, finished)
+        tracker.finish(summary, store.samples())
         return summary
     except BaseException:
         store.finish("interrupted")
         tracker.finish(None, [])
         raise
+
+
+def decoder_device(pair: Pair):
+    return pair.verifier.get_input_embeddings().weight.device
+
+
+def time_sample(cfg, bench, pair, method, store, items, mine, device) -> None:
+    """Time the run's sample of items (all of them with paired_timing) at batch size 1, beside the verifier
+    alone, where no timing under today's conditions exists yet (`timing.py`)."""
+    chosen = list(mine) if cfg.paired_timing else choose_sample(bench, items, cfg.timing_sample, cfg.seed)
+    mine_keys = {bench.key(it) for it in mine}
+    here = timing.conditions(device, 1)
+    stored = {s["index"]: s for s in store.samples()}
+    timings = read_timings(store.folder)
+    todo = timing.to_time([it for it in chosen if bench.key(it) in mine_keys], bench.key, timings, here)
+    if not todo:
+        return
+    log.info(
+        "timing %d item(s) at batch size 1 beside the verifier alone (%s)",
+        len(todo),
+        metrics.describe(metrics.condition_class(here)),
+    )
+    paired = build_decoder(pair, method, replace(decoder_settings(cfg), batch_size=1, paired_timing=True))
+    for record in timing.time_items(bench, paired, todo, stored, here):
+        store.append_timing(record)
+
+
+def choose_sample(bench, items: list, n: int, seed: int) -> list:
+    return timing.choose(items, bench.key, bench.order, n, seed)
 
 
 def shard_items(items: list, shard: tuple[int, int] | None) -> list:

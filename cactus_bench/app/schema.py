@@ -110,7 +110,9 @@ class RunConfig:
     batch_size: Any = doc(
         "items decoded at once (auto: as many as fit the device's memory); not part of a run's identity", 1
     )
-    paired_timing: bool = doc("also decode each item with the verifier alone, back to back, for the speedup", False)
+    paired_timing: bool = doc("time every item beside the verifier alone, back to back (batch_size=1)", False)
+    timing_sample: int | None = doc("after a batched decode, time N items (by prompt length) at batch size 1", None)
+    threads: int | None = doc("torch threads on a CPU (1: timings hold on a busy machine; null: torch's)", 1)
     experiment_name: str = doc("groups runs (a sweep's name; W&B group)", "default")
     progress: bool = doc("show a progress bar", True)
 

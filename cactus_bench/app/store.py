@@ -4,6 +4,8 @@
         config.yaml     the resolved config                                  (atomic write)
         manifest.json   versions, git commit, hardware, start/end, history  (atomic write)
         samples.jsonl   one line per finished sample, appended and fsynced as it finishes
+        timing.jsonl    paired timings (an item's decode beside the verifier alone's), appended; a later
+                        line for an item supersedes an earlier one (a re-timed item)
         summary.json    run metrics, written once every item is present     (atomic write)
         .lock           the one writer's host and pid, while it writes
 
@@ -34,6 +36,7 @@ from .lock import RunLock
 
 log = logging.getLogger("cactus_bench")
 SAMPLES = re.compile(r"samples(\.shard-(\d+)-of-(\d+))?\.jsonl$")
+TIMING = re.compile(r"timing(\.shard-(\d+)-of-(\d+))?\.jsonl$")
 
 
 class StoreError(ValueError):
@@ -50,6 +53,19 @@ def shard_suffix(shard: tuple[int, int] | None) -> str:
 
 def samples_files(folder: Path) -> list[Path]:
     return sorted(p for p in Path(folder).glob("samples*.jsonl") if SAMPLES.fullmatch(p.name))
+
+
+def timing_files(folder: Path) -> list[Path]:
+    return sorted(p for p in Path(folder).glob("timing*.jsonl") if TIMING.fullmatch(p.name))
+
+
+def read_timings(folder: Path) -> dict:
+    """Each timed item's latest paired timing, across shard files."""
+    out = {}
+    for path in timing_files(folder):
+        for t in read_samples_file(path):
+            out[t["index"]] = t
+    return out
 
 
 def read_samples_file(path: Path, repair: bool = False) -> list[dict]:
@@ -78,7 +94,8 @@ def read_samples_file(path: Path, repair: bool = False) -> list[dict]:
 
 def read_samples(folder: Path) -> list[dict]:
     """Every finished sample of a run, across shard files, each item once (the first copy kept; a second
-    copy, from two writers at once, is logged and ignored)."""
+    copy, from two writers at once, is logged and ignored), with its paired timing where it has one."""
+    timings = read_timings(folder)
     seen, out = {}, []
     for path in samples_files(folder):
         for s in read_samples_file(path):
@@ -91,6 +108,10 @@ def read_samples(folder: Path) -> list[dict]:
                 )
                 continue
             seen[s["index"]] = path.name
+            t = timings.get(s["index"])
+            if t is not None:
+                s["stats"] = {**s["stats"], **t["stats"]}
+                s["timing_conditions"] = t["conditions"]
             out.append(s)
     return out
 
@@ -104,12 +125,21 @@ def duplicated_items(folder: Path) -> dict:
     return {k: v for k, v in where.items() if len(v) > 1}
 
 
+def _append_line(path: Path, record: dict) -> None:
+    line = json.dumps(record, default=str) + "\n"
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())
+
+
 class RunStore:
     def __init__(self, folder: Path, shard: tuple[int, int] | None = None):
         self.folder = Path(folder)
         self.shard = shard
         suffix = shard_suffix(shard)
         self.samples_path = self.folder / f"samples{suffix}.jsonl"
+        self.timing_path = self.folder / f"timing{suffix}.jsonl"
         self.manifest_path = self.folder / f"manifest{suffix}.json"
         self.lock = RunLock(self.folder / f".lock{suffix}")
 
@@ -139,7 +169,10 @@ class RunStore:
                     "t_start": time.time(),
                     "host": socket.gethostname(),
                     "pid": os.getpid(),
-                    "engine": OmegaConf.to_container(cfg.engine, resolve=True),  # how this process decoded
+                    # how this process decodes (not part of the run's identity)
+                    "engine": OmegaConf.to_container(cfg.engine, resolve=True),
+                    "batch_size": cfg.batch_size,
+                    "threads": cfg.threads,
                 }
             )
             store.write_manifest(manifest)
@@ -183,16 +216,17 @@ class RunStore:
         return read_samples_file(self.samples_path, repair=True)
 
     def samples(self) -> list[dict]:
-        """Every finished sample of the run, across shards, each item once."""
-        self.own_samples()  # repair this writer's file first
+        """Every finished sample of the run, across shards, each item once, with its paired timing."""
+        self.own_samples()  # repair this writer's files first
+        read_samples_file(self.timing_path, repair=True)
         return read_samples(self.folder)
 
     def append(self, record: dict) -> None:
-        line = json.dumps(record, default=str) + "\n"
-        with open(self.samples_path, "a", encoding="utf-8") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
+        _append_line(self.samples_path, record)
+
+    def append_timing(self, record: dict) -> None:
+        """One item's paired timing (`index`, `stats` with the paired_* fields, `conditions`)."""
+        _append_line(self.timing_path, record)
 
     def write_summary(self, summary: dict) -> None:
         write_text_atomic(self.folder / "summary.json", json.dumps(summary, indent=1, default=str))

@@ -32,6 +32,9 @@ class Benchmark(Protocol):
     def key(self, item: Any) -> int | str:
         """The item's index in the store (stable across runs and processes)."""
 
+    def order(self, item: Any) -> Any:
+        """What a timing sample is stratified by (prompt length; Spec-Bench: category, then length)."""
+
     def decode(self, decoder: Decoder, items: list[Any]) -> Iterator[dict]:
         """Decode the items; yield each one's sample record (`index`, `id`, `stats`, ...) as it finishes."""
 
@@ -71,7 +74,9 @@ def task_cells(run, sps, ar) -> Cells:
     """Every metric of a run's summary, and the relative ones against its reference runs."""
     s = run.summary
     out = {m.name: s.get(m.name) for m in metrics.METRICS.values() if m.relative is None}
-    out.update({f"{m.name}_ci": s.get(f"{m.name}_ci") for m in metrics.METRICS.values() if m.sampled})
+    for m in metrics.METRICS.values():
+        if m.sampled:
+            out.update({f"{m.name}_ci": s.get(f"{m.name}_ci"), f"{m.name}_n": s.get(f"{m.name}_n")})
     out["score_stderr"] = s.get("score_stderr")
     if run.is_baseline:
         out.update(accepted_length=None, tau=1.0)
@@ -80,6 +85,8 @@ def task_cells(run, sps, ar) -> Cells:
     for m in metrics.METRICS.values():
         if m.relative is not None:
             out.update(metrics.flatten(m.name, metrics.relative(m, run.samples, refs)))
+        if m.timed:
+            out[f"{m.name}_caveat"] = metrics.timing_caveat(m, run.samples, refs.get(m.reference))
     return {None: out}
 
 

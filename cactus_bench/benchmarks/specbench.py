@@ -129,6 +129,9 @@ class SpecBenchBenchmark:
     def key(self, item: dict) -> int:
         return item["question_id"]
 
+    def order(self, item: dict) -> tuple[int, int]:
+        return SUBTASKS.index(subtask(item["category"])), sum(len(turn) for turn in item["turns"])
+
     def decode(self, decoder: Decoder, items: list[dict]) -> Iterator[dict]:
         """Question by question (a second turn needs the first answer)."""
         for item in items:

@@ -29,6 +29,9 @@ class TaskBenchmark:
     def key(self, item: Prompt) -> int:
         return item.index
 
+    def order(self, item: Prompt) -> int:
+        return len(item.context)
+
     def decode(self, decoder: Decoder, items: list[Prompt]) -> Iterator[dict]:
         by_key = {(self.scorer.name, item.index): item for item in items}
         requests = [Request(item.context, key, tuple(item.until)) for key, item in by_key.items()]

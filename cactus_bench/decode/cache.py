@@ -7,8 +7,8 @@ forward and its CUDA graphs are recorded once. Rollback is free: the host sets e
 back and the next forward overwrites what was rejected (the attention mask never shows a row anything at
 or past its position).
 
-Attention reads only the live prefix: keys are sliced to a length bucket (`kv_bucket`: 256, 384, 512, 768,
-1024, ... up to the capacity) that covers the longest row, so a short sequence never streams the whole
+Attention reads only the live prefix: keys are sliced to a length bucket (`kv_bucket`: 64, 96, 128, 192,
+256, ... up to the capacity) that covers the longest row, so a short sequence never streams the whole
 budget's cache. Each (new tokens, bucket) pair is one compiled shape.
 
 Sliding-window layers (Gemma-2, Mistral) keep every position here too: a window that has evicted a
@@ -24,8 +24,7 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor
-from transformers import DynamicCache
-from transformers.cache_utils import Cache, CacheLayerMixin, DynamicLayer, DynamicSlidingWindowLayer
+from transformers.cache_utils import Cache, CacheLayerMixin
 
 # One dynamo graph per (new tokens, kv bucket, backend): more than dynamo's default of 8 per function.
 # Applied only around our compiled calls, never to the process's other compiled code.
@@ -35,12 +34,12 @@ PREFILL = "cactus::prefill"  # the profiler's name for a row's prefill
 
 
 def kv_bucket(needed: int, capacity: int | None = None) -> int:
-    """The smallest length bucket >= `needed` (256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, ...:
-    powers of two and 1.5 times them), at most `capacity`. Attention over a bucket reads at most 1.5x the
-    live keys, and a 4,096-token reply after a 1,000-token prompt passes through 6 buckets."""
+    """The smallest length bucket >= `needed` (64, 96, 128, 192, 256, 384, ..., 4096, 6144, ...: powers of two
+    and 1.5 times them), at most `capacity`. Attention over a bucket reads at most 1.5x the live keys, and a
+    4,096-token reply after a 1,000-token prompt passes through 6 buckets."""
     j = 0
     while True:
-        for base in (256, 384):
+        for base in (64, 96):
             size = base << j
             if size >= needed:
                 return size if capacity is None else min(size, capacity)
@@ -97,6 +96,11 @@ class RowLayer(CacheLayerMixin):
     def update(self, key_states: Tensor, value_states: Tensor, *args, **kwargs) -> tuple[Tensor, Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
+        if self._cache.prefill_rows is not None:  # a prefill of some rows, from position 0
+            rows, n = self._cache.prefill_rows.to(self.device), key_states.shape[-2]
+            self.keys[rows, :, :n] = key_states
+            self.values[rows, :, :n] = value_states
+            return self.keys[rows, :, :n], self.values[rows, :, :n]
         rows, heads, n, _ = key_states.shape
         pos = self._cache.pos.to(self.device)
         idx = (pos[:, None] + torch.arange(n, device=self.device))[:, None, :, None]
@@ -104,14 +108,6 @@ class RowLayer(CacheLayerMixin):
         self.values.scatter_(2, idx.expand(rows, heads, n, self.values.shape[-1]), value_states)
         kv = self._cache.kv_len
         return self.keys[:, :, :kv], self.values[:, :, :kv]
-
-    def load_row(self, row: int, keys: Tensor, values: Tensor) -> None:
-        """Copy one sequence's keys/values [1, heads, n, dim] into positions 0..n-1 of `row`."""
-        if not self.is_initialized:
-            self.lazy_initialization(keys, values)
-        n = keys.shape[-2]
-        self.keys[row, :, :n].copy_(keys[0])
-        self.values[row, :, :n].copy_(values[0])
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self._cache.kv_len, 0
@@ -132,6 +128,7 @@ class RowCache(Cache):
         self.pos = torch.zeros(rows, dtype=torch.long, device=device)
         torch._dynamo.mark_static_address(self.pos)
         self.kv_len = kv_bucket(1, capacity)
+        self.prefill_rows: Tensor | None = None  # set only while some rows are prefilled
         super().__init__(layers=[RowLayer(self) for _ in range(config.num_hidden_layers)])
         types = getattr(config, "layer_types", None)
         window = getattr(config, "sliding_window", None)
@@ -157,17 +154,6 @@ class RowCache(Cache):
                 )
             out[kind] = mask
         return next(iter(out.values())) if len(out) == 1 else out
-
-
-def rollback_safe_cache(config) -> DynamicCache:
-    """A dynamic cache whose sliding-window layers keep every position (for a one-sequence prefill): a
-    sliding layer would evict what the row cache must hold; the mask HF builds from the config still
-    applies the window."""
-    cache = DynamicCache(config=config)
-    for i, layer in enumerate(cache.layers):
-        if isinstance(layer, DynamicSlidingWindowLayer):
-            cache.layers[i] = DynamicLayer()
-    return cache
 
 
 class ForwardTimer:
@@ -280,21 +266,25 @@ class ModelRunner:
             timer.calls += 1
         return out
 
-    def prefill(self, row: int, tokens: list[int]) -> None:
-        """Fill `row` with the keys/values of `tokens` (positions 0..len-1): one eager forward of that
-        sequence alone, copied into the row."""
-        if not tokens:
+    def prefill(self, rows: list[int], prompts: list[list[int]]) -> None:
+        """Fill each row with the keys/values of its tokens (positions 0..len-1): one eager forward of those
+        rows alone, right-padded (a padded position holds garbage past the row's end, which the forward that
+        first reaches that position overwrites before anything attends to it)."""
+        todo = [(r, p) for r, p in zip(rows, prompts) if p]
+        if not todo:
             return
-        tmp = rollback_safe_cache(self.model.config)
-        with torch.profiler.record_function(PREFILL):  # once per item: launch counts leave it out
-            self.model.forward(
-                input_ids=torch.tensor([tokens], device=self.device),
-                use_cache=True,
-                logits_to_keep=1,
-                **{self.cache_kw: tmp},
-            )
-        for layer, src in zip(self.cache.layers, tmp.layers):
-            layer.load_row(row, src.keys, src.values)
+        width = max(len(p) for _, p in todo)
+        ids = torch.tensor([p + [0] * (width - len(p)) for _, p in todo], device=self.device)
+        positions = torch.arange(width, device=self.device).expand(len(todo), width)
+        cache, kv_len = self.cache, self.cache.kv_len
+        cache.prefill_rows, cache.kv_len = torch.tensor([r for r, _ in todo], device=self.device), width
+        try:
+            with torch.profiler.record_function(PREFILL):  # once per item: launch counts leave it out
+                mask = cache.masks(positions, self.model.dtype, self.impl)
+                kw = {self.cache_kw: cache, "use_cache": True, "logits_to_keep": 1}
+                self.model.forward(input_ids=ids, position_ids=positions, attention_mask=mask, **kw)
+        finally:
+            cache.prefill_rows, cache.kv_len = None, kv_len
 
     def row_keys(self, row: int, length: int) -> list[tuple[Tensor, Tensor]]:
         """What the cache holds for a row's first `length` positions, per layer (tests compare it with a
@@ -321,7 +311,7 @@ def weight_bytes(model) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
-MAX_AUTO_ROWS = 64  # past this a decode step is compute-bound on any current GPU: more rows add latency only
+MAX_AUTO_ROWS = {"cuda": 64, "cpu": 16}  # past these a step is compute-bound: more rows add latency only
 
 
 def auto_rows(models: list, capacity: int, lookahead: int, vocab: int, share: float = 0.8) -> int:
@@ -335,4 +325,4 @@ def auto_rows(models: list, capacity: int, lookahead: int, vocab: int, share: fl
     if free is None:
         return 1
     per_row = capacity * sum(bytes_per_position(m) for m in models) + 6 * (lookahead + 1) * vocab * 4
-    return max(1, min(MAX_AUTO_ROWS, int(share * free // per_row)))
+    return max(1, min(MAX_AUTO_ROWS.get(device.type, 16), int(share * free // per_row)))

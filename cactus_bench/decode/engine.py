@@ -127,9 +127,10 @@ class Engine:
         slots: list[Row | None] = [None] * rows
         with torch.inference_mode():
             while True:
-                for b in range(rows):  # continuous refill: a free slot takes the next job
-                    if slots[b] is None and queue:
-                        slots[b] = self._admit(b, queue.pop(0))
+                free = [b for b in range(rows) if slots[b] is None][: len(queue)]
+                if free:  # continuous refill: free slots take the next jobs (one prefill for all of them)
+                    for b, row in zip(free, self._admit(free, [queue.pop(0) for _ in free])):
+                        slots[b] = row
                 if all(r is None for r in slots):
                     return
                 finished = self._round(slots) if self.rule is not None else self._ar_step(slots)
@@ -173,16 +174,17 @@ class Engine:
                     "max_new_tokens"
                 )
 
-    def _admit(self, b: int, job: Job) -> Row:
-        """A job enters slot b: its prompt but the last token goes into the verifier's cache, all but the
+    def _admit(self, slots: list[int], jobs: list[Job]) -> list[Row]:
+        """Jobs enter free slots: each prompt but its last token goes into the verifier's cache, all but the
         last two into the drafter's (every forward feeds what its cache lacks)."""
         start = time.perf_counter()
-        self.vm.prefill(b, job.prompt[:-1])
+        self.vm.prefill(slots, [job.prompt[:-1] for job in jobs])
         if self.dm is not None:
-            self.dm.prefill(b, job.prompt[:-2])
+            self.dm.prefill(slots, [job.prompt[:-2] for job in jobs])
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        return Row(job, list(job.prompt), start, time.perf_counter() - start)
+        prefill = time.perf_counter() - start
+        return [Row(job, list(job.prompt), start, prefill) for job in jobs]
 
     # --- one speculative round -------------------------------------------------------------------------
     def _round(self, slots: list[Row | None]) -> list[tuple[int, str]]:

@@ -82,9 +82,11 @@ def cell_values(spec: dict, row: dict, data: str) -> dict:
         "experiment_name": spec["name"],
         "params": row_params(row),
     }
-    for key in ("limit", "max_gen_toks"):
+    for key in ("limit", "max_gen_toks", "timing_sample"):
         if spec.get(key) is not None:
             node[key] = int(spec[key])
+    if spec.get("batch_size") is not None:
+        node["batch_size"] = spec["batch_size"] if spec["batch_size"] == "auto" else int(spec["batch_size"])
     if spec.get("paired_timing") is not None:
         node["paired_timing"] = bool(spec["paired_timing"])
     return node

@@ -32,7 +32,8 @@ REJ_FOOTNOTE = (
     "−32/−36/−34 and −46/−46/−50."
 )
 PROTOCOL_NOTE = "Protocol (every setting that decides a number, ours against the authors'): docs/protocol.md."
-COLUMNS = ["data", "label", "metric", "metric_label", "ours", "stderr", "ci", "paper", "paper_confidence"]
+COLUMNS = ["data", "label", "metric", "metric_label", "ours", "stderr", "ci", "n", "mark", "paper", "paper_confidence"]
+CAVEAT_MARK = "⚠"  # a timed figure whose conditions differ: read its note
 
 
 def fmt(x, metric: str) -> str:
@@ -67,15 +68,23 @@ def build_table(spec: dict, runs: list[Run], overrides: list[str] = ()) -> tuple
                 groups = kind.cells(run, refs["sps"], refs["baseline"])
             for group, values in groups.items():
                 for col in spec["columns"]:
+                    ours, mark = values.get(col), ""
+                    caveat = values.get(f"{col}_caveat")
+                    if caveat is not None:
+                        withheld, reason = caveat
+                        notes.append(f"{row['label']}: {reason}")
+                        ours, mark = (None, "") if withheld else (ours, CAVEAT_MARK)
                     records.append(
                         {
                             "data": data if group is None else group,
                             "label": row["label"],
                             "metric": col,
                             "metric_label": kind.labels.get(col),
-                            "ours": values.get(col),
+                            "ours": ours,
                             "stderr": values.get("score_stderr") if col == "score" else None,
-                            "ci": values.get(f"{col}_ci"),
+                            "ci": values.get(f"{col}_ci") if ours is not None else None,
+                            "n": values.get(f"{col}_n"),
+                            "mark": mark,
                             **_paper_cell(paper, spec, data, row, col, group),
                         }
                     )
@@ -129,6 +138,10 @@ def wide(df: pd.DataFrame) -> pd.DataFrame:
         if isinstance(r.get("ci"), (list, tuple)) and r["ours"] is not None:
             low, high = (fmt(v, r["metric"]).rstrip("×") for v in r["ci"])
             text += f" [{low}, {high}]"
+        if r.get("n") is not None and not pd.isna(r["n"]) and r["ours"] is not None:
+            text += f" n={int(r['n'])}"
+        if r.get("mark"):
+            text += f" {r['mark']}"
         if r["paper"] is not None and not pd.isna(r["paper"]):
             mark = UNVERIFIED_MARK if r.get("paper_confidence") == "unverified" else ""
             text += f" ({fmt(r['paper'], r['metric'])}{mark})"
