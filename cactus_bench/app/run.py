@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import logging
-
 from dataclasses import replace
 
 import torch
@@ -17,9 +16,9 @@ from ..decode import build_decoder
 from ..embedded import ensure_pair
 from ..methods import Method
 from ..models import Pair, check_available, load_pair
+from . import timing
 from .config import decoder_settings, validate
 from .identity import RunIdentity
-from . import timing
 from .store import RunStore, StoreError, duplicated_items, read_timings
 from .tracking import NullTracker, make_tracker
 
