@@ -2,13 +2,15 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-# Offline by default: hub ids fail at once rather than retrying; data from ../shared/data when present.
-export HF_HUB_OFFLINE ?= 1
-export HF_DATASETS_OFFLINE ?= 1
-export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM ?= false
-export CACTUS_BENCH_DATA ?= $(abspath ../shared/data)
-export NLTK_DATA ?= $(CACTUS_BENCH_DATA)/nltk_data
+# The demo, the tests and the benchmarks run offline: hub ids fail at once rather than retrying, and data
+# comes from ../shared/data. The reproduce targets use the hub (models and data) unless OFFLINE=1 (or
+# CACTUS_BENCH_DATA names a local copy of the benchmark files); they say which at start.
+SHARED_DATA := $(abspath ../shared/data)
+OFFLINE_ENV = HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=$${WANDB_MODE:-offline} \
+	CACTUS_BENCH_DATA=$${CACTUS_BENCH_DATA:-$(SHARED_DATA)} NLTK_DATA=$${NLTK_DATA:-$(SHARED_DATA)/nltk_data}
+OFFLINE ?=
+SWEEP_ENV = $(if $(OFFLINE),$(OFFLINE_ENV))
 
 # Sweep overrides, e.g. `make reproduce-table2 PAIR=tiny LIMIT=2 MAX_GEN_TOKS=32`
 PAIR ?=
@@ -25,7 +27,7 @@ SWEEP_ARGS = $(if $(PAIR),pair=$(PAIR)) $(if $(LIMIT),limit=$(LIMIT)) $(if $(DAT
 
 .DEFAULT_GOAL := help
 .PHONY: help install test test-slow test-compat test-all lint format demo reproduce-table1 reproduce-table2 reproduce-delta-grid reproduce-figure4 reproduce-lossy plan figures embedded bench-rules \
-	bench-speed bench-fast device-check-cpu
+	bench-speed bench-fast bench-launch bench-batch device-check-cpu
 
 help:  ## List the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-20s\033[0m %s\n", $$1, $$2}'
@@ -39,10 +41,10 @@ install: $(PY)  ## Create .venv and install (CPU torch first, pinned, so pip nev
 	$(PIP) install -q -e ".[app,dev]" -c constraints.txt
 
 test:  ## Run the default test suite (offline, a few minutes)
-	$(PY) -m pytest -q -m "not slow"
+	$(OFFLINE_ENV) $(PY) -m pytest -q -m "not slow"
 
 test-slow:  ## Run the slow end-to-end tests (CI runs them after `make test`)
-	$(PY) -m pytest -q -m slow
+	$(OFFLINE_ENV) $(PY) -m pytest -q -m slow
 
 # The GPU box has transformers 5.17 and nothing but torch: the core's tests run against that version too.
 COMPAT_VENV ?= .venv-compat
@@ -51,11 +53,11 @@ test-compat:  ## Run the core's tests (rules, decode) under the GPU box's transf
 	test -x $(COMPAT_VENV)/bin/python || python3 -m venv $(COMPAT_VENV)
 	$(COMPAT_VENV)/bin/pip install -q torch==2.13.0 transformers==$(COMPAT_TRANSFORMERS) pytest
 	$(COMPAT_VENV)/bin/python -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
-	PYTHONPATH=. $(COMPAT_VENV)/bin/python -m pytest -q -m "not slow" -p no:cacheprovider \
-		tests/test_rules_exact.py tests/test_rules_kernel.py tests/test_decode.py
+	$(OFFLINE_ENV) PYTHONPATH=. $(COMPAT_VENV)/bin/python -m pytest -q -m "not slow" -p no:cacheprovider \
+		tests/test_rules_exact.py tests/test_rules_kernel.py tests/test_decode.py tests/test_engine.py
 
 test-all:  ## Run every test, slow ones included
-	$(PY) -m pytest -q
+	$(OFFLINE_ENV) $(PY) -m pytest -q
 
 lint:  ## Lint and check formatting with ruff (CI runs this)
 	$(PY) -m ruff check cactus_bench tests scripts
@@ -66,33 +68,33 @@ format:  ## Format the code with ruff
 	$(PY) -m ruff check --fix cactus_bench tests scripts
 
 embedded:  ## Build (or reuse) the embedded offline pair and print its quality
-	$(PY) -m cactus_bench.embedded
+	$(OFFLINE_ENV) $(PY) -m cactus_bench.embedded
 
 demo: embedded  ## Offline demo: verifier alone, SpS, TAS, Cactus on the embedded pair; table + figures
-	$(PY) -m cactus_bench.sweep sweeps/demo.yaml $(SWEEP_ARGS)
-	$(PY) -m cactus_bench.report figures
+	$(OFFLINE_ENV) $(PY) -m cactus_bench.sweep sweeps/demo.yaml $(SWEEP_ARGS)
+	$(OFFLINE_ENV) $(PY) -m cactus_bench.report figures
 
 reproduce-table1:  ## Table 1 sweep (GSM8K/IFEval/GPQA x Verifier/SpS/TAS/Cactus, m=20); PAIR= LIMIT= DATA= SHARDS= LAUNCHER=
-	$(PY) -m cactus_bench.sweep sweeps/table1.yaml $(SWEEP_ARGS)
+	$(SWEEP_ENV) $(PY) -m cactus_bench.sweep sweeps/table1.yaml $(SWEEP_ARGS)
 
 reproduce-table2:  ## Table 2 sweep (Spec-Bench speedup per category, SpS and Cactus vs the verifier); PAIR= LIMIT= ...
-	$(PY) -m cactus_bench.sweep sweeps/table2.yaml $(SWEEP_ARGS)
+	$(SWEEP_ENV) $(PY) -m cactus_bench.sweep sweeps/table2.yaml $(SWEEP_ARGS)
 
 reproduce-delta-grid:  ## Figure 2 sweep (Cactus over a grid of δ on GPQA); PAIR= LIMIT= DATA= ...
-	$(PY) -m cactus_bench.sweep sweeps/delta_grid.yaml $(SWEEP_ARGS)
+	$(SWEEP_ENV) $(PY) -m cactus_bench.sweep sweeps/delta_grid.yaml $(SWEEP_ARGS)
 
 reproduce-figure4:  ## Figure 4 sweep (SpS/TAS/top-k/Cactus on four model families) and its figure; PAIR= maps every family
-	$(PY) -m cactus_bench.sweep sweeps/figure4.yaml $(SWEEP_ARGS)
+	$(SWEEP_ENV) $(PY) -m cactus_bench.sweep sweeps/figure4.yaml $(SWEEP_ARGS)
 
 reproduce-lossy:  ## Lossy trade-off sweep (interp, SpecCas, mentored, top-k, Cactus grids) and its figure; PAIR= LIMIT= DATA=
-	$(PY) -m cactus_bench.sweep sweeps/lossy_tradeoff.yaml $(SWEEP_ARGS)
+	$(SWEEP_ENV) $(PY) -m cactus_bench.sweep sweeps/lossy_tradeoff.yaml $(SWEEP_ARGS)
 
 plan:  ## Cost of a table's sweep before it runs: SPEC=sweeps/table1.yaml SHARDS=8 GPU=h100
 	$(PY) -m cactus_bench.plan $(or $(SPEC),sweeps/table1.yaml) $(if $(SHARDS),shards=$(SHARDS)) gpu=$(GPU) \
 		$(if $(PAIR),pair=$(PAIR)) $(if $(LIMIT),limit=$(LIMIT))
 
 figures:  ## Regenerate all figures from stored runs (results/figures)
-	$(PY) -m cactus_bench.report figures
+	$(OFFLINE_ENV) $(PY) -m cactus_bench.report figures
 
 bench-rules:  ## Time one verify() per rule at V=151,936 vs a softmax; writes results/bench/rules.*
 	$(PY) scripts/bench_rules.py --out results/bench/rules
@@ -100,8 +102,14 @@ bench-rules:  ## Time one verify() per rule at V=151,936 vs a softmax; writes re
 bench-speed:  ## Our loops (eager and fast) vs HF generate / assisted generation; writes results/bench/speed.*
 	$(PY) scripts/bench_speed.py --fast --out results/bench/speed
 
-bench-fast:  ## Fast path (static cache + compile) vs eager on the >=20 ms-verifier CPU pair; results/bench/fast.*
+bench-fast:  ## Fast engine (compiled forwards) vs eager on the >=20 ms-verifier CPU pair; results/bench/fast.*
 	$(PY) scripts/bench_fast.py --out results/bench/fast
+
+bench-launch:  ## Dispatched ops and host reads per decode round, per engine (tiny pair, Qwen3-0.6B shape); results/bench/launch.*
+	$(PY) scripts/bench_launch.py --out results/bench/launch
+
+bench-batch:  ## Items/s at batch size 16 vs 1 on the embedded pair, each engine; results/bench/batch.*
+	$(OFFLINE_ENV) $(PY) scripts/bench_batch.py --out results/bench/batch
 
 device-check-cpu:  ## The GPU device check's CPU dry run (small shapes); writes results/gpu/cpu_small.*
 	$(PY) scripts/device_check.py --small --out results/gpu/cpu_small

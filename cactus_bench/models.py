@@ -5,6 +5,7 @@ Core module: imports only torch and transformers.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,6 +120,32 @@ def check_available(models: dict[str, str], revision: str | None = None) -> None
         )
 
 
+# Quantised checkpoints and what running them needs besides torch and transformers (the `gpu` extra).
+QUANTISED = {
+    "fp8": (
+        "kernels",
+        "transformers runs FP8 layers with fine-grained FP8 kernels that the `kernels` package fetches from the "
+        "hub at first use, on a Hopper or Ada GPU",
+    )
+}
+
+
+def check_quantisation(role: str, name: str, config, device: str) -> None:
+    """A quantised checkpoint's runtime needs, before any weight loads: the missing package named."""
+    q = getattr(config, "quantization_config", None)
+    method = q.get("quant_method") if isinstance(q, dict) else getattr(q, "quant_method", None)
+    if str(method) not in QUANTISED:
+        return
+    package, why = QUANTISED[str(method)]
+    if not device.startswith("cuda"):
+        raise PairUnavailable(f"pair.{role}={name} is an {method} checkpoint: {why}; this run is on {device}.")
+    if importlib.util.find_spec(package) is None:
+        raise PairUnavailable(
+            f"pair.{role}={name} is an {method} checkpoint: {why}, and `{package}` is not installed. Install the "
+            f"GPU extra (`pip install 'cactus-bench[gpu]'`), or use the bf16 weights (e.g. pair.{role}=Qwen/Qwen3-32B)."
+        )
+
+
 def _load(kind: str, name: str, loader, **kwargs):
     """Load from a local folder or the hub, turning the usual failures into actionable errors."""
     path = Path(name).expanduser()
@@ -217,8 +244,10 @@ def load_pair(
     budget = free_bytes(device)
     cfg_d = _load("drafter config", drafter, AutoConfig.from_pretrained, revision=revision)
     budget = None if budget is None else budget - check_fits("drafter", drafter, cfg_d, torch_dtype, device, budget)
+    cfg_v = _load("verifier config", verifier, AutoConfig.from_pretrained, revision=revision)
+    for role, name, config in (("drafter", drafter, cfg_d), ("verifier", verifier, cfg_v)):
+        check_quantisation(role, name, config, device)
     if verifier_device_map is None:  # a device map spreads the verifier: accelerate plans that itself
-        cfg_v = _load("verifier config", verifier, AutoConfig.from_pretrained, revision=revision)
         check_fits("verifier", verifier, cfg_v, torch_dtype, device, budget)
     d_model = (
         _load("drafter", drafter, AutoModelForCausalLM.from_pretrained, dtype=torch_dtype, revision=revision)

@@ -1,21 +1,28 @@
 """What a sweep will cost, before it runs:
 
-    python -m cactus_bench.plan sweeps/table1.yaml [shards=8] [gpu=h100|a100|h200] [limit=...] [pair=...]
+    python -m cactus_bench.plan sweeps/table1.yaml [shards=8] [gpu=h100|a100|h200] [slots=2] [limit=...] [pair=...]
 
-For every cell of the table spec: items, expected generated tokens per item, expected seconds per item,
-and the total GPU hours and wall time with the chosen shard count (one GPU per shard). Every figure says
-where it comes from: `stored` (the store's runs of that cell), `measured` (results/gpu/<gpu>.json from
-`scripts/device_check.py`), or `estimate` (the cost model below).
+For every cell of the table spec: items, expected generated tokens per item, and GPU hours side by side for
+the eager engine and the fast one at batch size 1, and the fast one at the spec's batch size (`auto`: what
+fits the card's memory), plus the timing sample's hours; then the wall time with the chosen shards (one
+job per shard, `slots` jobs per GPU). Every figure says where it comes from: `stored` (the store's runs),
+`measured` (results/gpu/<gpu>.json from `scripts/device_check.py`), or `estimate` (the model below).
 
-Cost model (batch size 1 decoding is memory-bound): one forward streams the weights once, so a token of the
-verifier alone costs bytes(verifier) / (bandwidth · efficiency), at least MIN_FORWARD_S (small drafters are
-launch-bound); a speculative round costs m drafter steps plus one verifier forward and emits AL + 1 tokens.
+Cost model (a decode forward on a GPU): the larger of
+  * memory: weights plus the rows' KV cache streamed once, at EFFICIENCY x the card's bandwidth;
+  * compute: 2 x params x tokens x rows FLOPs at COMPUTE_EFFICIENCY x the card's bf16 peak;
+  * launches: eager dispatches ~72 ops per layer one by one (~8 us each from Python); the fast engine
+    launches one CUDA graph whose kernels still cost ~40 us per layer.
+A speculative round is m drafter steps and one verifier forward over m + 1 tokens and emits AL + 1 tokens;
+the verifier alone emits one token per forward.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -25,33 +32,67 @@ from .methods import BASELINE, is_baseline
 from .report import compose_cell, find_run, load_runs, load_spec
 
 BANDWIDTH = {"h100": 3.35e12, "h200": 4.8e12, "a100": 2.0e12}  # bytes/s, HBM
+FLOPS = {"h100": 989e12, "h200": 989e12, "a100": 312e12}  # dense bf16
+MEMORY = {"h100": 80e9, "h200": 141e9, "a100": 40e9}
 EFFICIENCY = 0.7  # share of peak bandwidth a decode step reaches (the device check measures it)
-MIN_FORWARD_S = 0.002  # small models are launch-bound, not bandwidth-bound: ~2 ms a forward even with CUDA graphs
+COMPUTE_EFFICIENCY = 0.5
+EAGER_OP_S, OPS_PER_LAYER = 8e-6, 72  # measured on CPU: 0.6B 2,014 ops, 14B 2,866 ops a forward
+GRAPH_LAYER_S = 40e-6  # a compiled layer's kernels, launched as one CUDA graph
 BYTES_PER_PARAM = 2  # bf16
-PARAMS = {  # parameters, billions (hub model cards)
-    "Qwen/Qwen3-0.6B": 0.6,
-    "Qwen/Qwen3-1.7B": 1.7,
-    "Qwen/Qwen3-8B": 8.2,
-    "Qwen/Qwen3-14B": 14.8,
-    "Qwen/Qwen3-32B": 32.8,
-    "Qwen/Qwen3-32B-FP8": 32.8 / 2,  # FP8: half the bytes of bf16
-    "google/gemma-2-2b-it": 2.6,
-    "google/gemma-2-9b-it": 9.2,
-    "meta-llama/Llama-3.2-1B-Instruct": 1.2,
-    "meta-llama/Llama-3.1-8B-Instruct": 8.0,
-    "yongchanghao/DeepSeek-R1-Distill-Qwen-1.5B": 1.8,
-    "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B": 1.8,
-    "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B": 7.6,
+
+
+@dataclass(frozen=True)
+class Shape:
+    params: float  # billions (hub model cards)
+    layers: int
+    kv_heads: int
+    head_dim: int
+    bytes_per_param: float = BYTES_PER_PARAM
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.params * 1e9 * self.bytes_per_param
+
+    @property
+    def kv_bytes(self) -> float:
+        """Key and value bytes per cached position (bf16)."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * 2
+
+
+MODELS = {  # config.json of the hub models
+    "Qwen/Qwen3-0.6B": Shape(0.6, 28, 8, 128),
+    "Qwen/Qwen3-1.7B": Shape(1.7, 28, 8, 128),
+    "Qwen/Qwen3-8B": Shape(8.2, 36, 8, 128),
+    "Qwen/Qwen3-14B": Shape(14.8, 40, 8, 128),
+    "Qwen/Qwen3-32B": Shape(32.8, 64, 8, 128),
+    "Qwen/Qwen3-32B-FP8": Shape(32.8, 64, 8, 128, bytes_per_param=1),
+    "google/gemma-2-2b-it": Shape(2.6, 26, 4, 256),
+    "google/gemma-2-9b-it": Shape(9.2, 42, 8, 256),
+    "meta-llama/Llama-3.2-1B-Instruct": Shape(1.2, 16, 8, 64),
+    "meta-llama/Llama-3.1-8B-Instruct": Shape(8.0, 32, 8, 128),
+    "yongchanghao/DeepSeek-R1-Distill-Qwen-1.5B": Shape(1.8, 28, 2, 128),
+    "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B": Shape(1.8, 28, 2, 128),
+    "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B": Shape(7.6, 28, 4, 128),
 }
 TYPICAL_TOKENS = {"gsm8k": 1500, "ifeval": 1200, "gpqa": 3800, "specbench": 600, "arith": 20}  # Qwen3, thinking on
+TYPICAL_PROMPT = {"gsm8k": 1000, "ifeval": 100, "gpqa": 300, "specbench": 300, "arith": 40}
 TYPICAL_AL = {"sps": 5.0, "cactus": 7.0, "cactus_exact": 7.0, "tas": 6.5, "topk": 6.0}  # m = 20, Table 1
-MEASURED = Path("results") / "gpu"
+MAX_ROWS = 64
+ITEMS = {
+    "gsm8k": 1319,
+    "ifeval": 541,
+    "gpqa_diamond": 198,
+    "gpqa_main": 448,
+    "gpqa_extended": 546,
+    "specbench": 480,
+    "arith": 200,
+}
 
 
 def effective_bandwidth(gpu: str) -> tuple[float, str]:
     """Bytes/s a decode forward streams: measured by `scripts/device_check.py` (its verifier-alone section:
     weights / time per token) when results/gpu/<gpu>.json exists, else the peak times EFFICIENCY."""
-    measured = MEASURED / f"{gpu}.json"
+    measured = Path("results") / "gpu" / f"{gpu}.json"
     if measured.is_file():
         section = json.loads(measured.read_text()).get(BASELINE, {})
         ms = (section.get("fast") or section.get("eager") or {}).get("ms_per_token")
@@ -60,74 +101,102 @@ def effective_bandwidth(gpu: str) -> tuple[float, str]:
     return BANDWIDTH[gpu] * EFFICIENCY, "estimate"
 
 
-def forward_seconds(model: str, gpu: str) -> tuple[float | None, str]:
-    """Seconds per decode forward of `model` on `gpu` and where the figure comes from."""
-    if model not in PARAMS:
-        return None, "unknown model size"
-    bandwidth, source = effective_bandwidth(gpu)
-    return max(PARAMS[model] * 1e9 * BYTES_PER_PARAM / bandwidth, MIN_FORWARD_S), source
+def forward_seconds(shape: Shape, gpu: str, engine: str, tokens: int = 1, rows: int = 1, context: int = 0) -> float:
+    """One forward of `tokens` new tokens for each of `rows` rows over `context` cached positions."""
+    bandwidth, _ = effective_bandwidth(gpu)
+    memory = (shape.weight_bytes + rows * context * shape.kv_bytes) / bandwidth
+    compute = 2 * shape.params * 1e9 * tokens * rows / (FLOPS[gpu] * COMPUTE_EFFICIENCY)
+    launches = shape.layers * (OPS_PER_LAYER * EAGER_OP_S if engine == "eager" else GRAPH_LAYER_S)
+    return max(memory, compute, launches)
 
 
-def cell_cost(cfg, run, gpu: str) -> dict:
-    data = cfg.data.name
+def auto_rows(drafter: Shape | None, verifier: Shape, gpu: str, capacity: int) -> int:
+    """What batch_size=auto picks: the rows whose KV caches fit 80 % of the memory the weights leave."""
+    weights = verifier.weight_bytes + (drafter.weight_bytes if drafter else 0)
+    per_row = capacity * (verifier.kv_bytes + (drafter.kv_bytes if drafter else 0))
+    return max(1, min(MAX_ROWS, int(0.8 * (MEMORY[gpu] - weights) // per_row)))
+
+
+def item_seconds(cfg, gpu: str, engine: str, rows: int, tokens: float, al: float) -> float | None:
+    """GPU seconds per item: a batch of `rows` items decodes together, so an item costs 1/rows of it."""
+    verifier = MODELS.get(cfg.pair.verifier)
+    drafter = MODELS.get(cfg.pair.drafter)
+    if verifier is None or (drafter is None and not is_baseline(cfg.method.name)):
+        return None
+    context = TYPICAL_PROMPT.get(cfg.data.name, 500) + tokens / 2
+    if is_baseline(cfg.method.name):
+        return tokens * forward_seconds(verifier, gpu, engine, 1, rows, context) / rows
+    m = cfg.m
+    round_s = m * forward_seconds(drafter, gpu, engine, 1, rows, context) + forward_seconds(
+        verifier, gpu, engine, m + 1, rows, context
+    )
+    return tokens / (al + 1) * round_s / rows
+
+
+def cell_cost(cfg, run, gpu: str, timing_sample: int | None, gpus: int = 1, slots: int = 1) -> dict:
+    """A cell's items, tokens, rows, GPU hours per engine and batch size, and wall hours on `gpus` GPUs with
+    `slots` jobs each (k jobs sharing a GPU go about as fast as one job with k times the rows)."""
     items = _items(cfg)
     if run is not None and run.summary.get("samples"):
         tokens, tok_src = run.summary["new_tokens"] / run.summary["samples"], "stored"
     else:
-        tokens, tok_src = TYPICAL_TOKENS.get(data, 1000), "estimate"
-    t_v, v_src = forward_seconds(cfg.pair.verifier, gpu)
-    t_d, d_src = forward_seconds(cfg.pair.drafter, gpu)
-    if run is not None and run.summary.get("wall_time") and run.summary.get("samples"):
-        per_item, time_src = run.summary["wall_time"] / run.summary["samples"], "stored (that machine)"
-    elif t_v is None or t_d is None:
-        per_item, time_src = None, "unknown model size"
-    elif is_baseline(cfg.method.name):
-        per_item, time_src = tokens * t_v, v_src
-    else:
-        al = TYPICAL_AL.get(cfg.method.name, 5.0) * cfg.m / 20
-        per_item = tokens / (al + 1) * (cfg.m * t_d + t_v)
-        time_src = "estimate" if "estimate" in (v_src, d_src) else "measured"
+        tokens, tok_src = TYPICAL_TOKENS.get(cfg.data.name, 1000), "estimate"
+    al = (run.summary.get("accepted_length") if run is not None else None) or TYPICAL_AL.get(
+        cfg.method.name, 5.0
+    ) * cfg.m / 20
+    baseline = is_baseline(cfg.method.name)
+    verifier, drafter = MODELS.get(cfg.pair.verifier), MODELS.get(cfg.pair.drafter)
+    rows = cfg.get("batch_size", 1)
+    if rows == "auto":
+        capacity = TYPICAL_PROMPT.get(cfg.data.name, 500) + cfg.max_gen_toks + cfg.m + 1
+        rows = auto_rows(None if baseline else drafter, verifier, gpu, capacity) if verifier else 1
+
+    def hours(engine: str, r: int, n: int = items) -> float | None:
+        s = item_seconds(cfg, gpu, engine, r, tokens, al)
+        return None if s is None else n * s / 3600
+
+    timed = min(timing_sample or 0, items) if rows > 1 and not baseline else 0
+    # a timed item: the method's decode and the verifier alone's, back to back at batch size 1
+    one = item_seconds(cfg, gpu, "fast", 1, tokens, al)
+    timing = (
+        None
+        if one is None or verifier is None
+        else timed * (one + tokens * forward_seconds(verifier, gpu, "fast")) / 3600
+    )
+    chosen, packed = hours("fast", rows), hours("fast", rows * slots)
     return {
         "items": items,
         "tokens/item": round(tokens),
         "tokens from": tok_src,
-        "s/item": None if per_item is None else round(per_item, 2),
-        "time from": time_src,
-        "GPU h": None if per_item is None else items * per_item / 3600,
+        "B": rows,
+        "eager B=1 GPU h": hours("eager", 1),
+        "fast B=1 GPU h": hours("fast", 1),
+        "fast B GPU h": chosen,
+        "timing GPU h": timing,
+        "time from": effective_bandwidth(gpu)[1],
+        "wall h": None if packed is None else (packed + (timing or 0)) / max(1, min(gpus, items)),
     }
 
 
 def _items(cfg) -> int:
-    sizes = {
-        "gsm8k": 1319,
-        "ifeval": 541,
-        "gpqa_diamond": 198,
-        "gpqa_main": 448,
-        "gpqa_extended": 546,
-        "specbench": 480,
-        "arith": 200,
-    }
-    n = sizes.get(cfg.data.label, 0)
+    n = ITEMS.get(cfg.data.label, 0)
     return min(n, cfg.limit) if cfg.limit else n
 
 
-def plan(spec: dict, shards: int = 1, gpu: str = "h100", overrides: list[str] = ()) -> pd.DataFrame:
+def plan(spec: dict, shards: int = 1, gpu: str = "h100", overrides: list[str] = (), slots: int = 1) -> pd.DataFrame:
     runs = load_runs(default_paths().runs)
+    gpus = max(1, math.ceil(shards / slots))
     rows = []
     for data in spec["data"]:
         for row in spec["rows"]:
             cfg = compose_cell(spec, row, data, overrides)
-            cost = cell_cost(cfg, find_run(runs, cfg), gpu)
-            wall = None if cost["GPU h"] is None else cost["GPU h"] / min(shards, max(cost["items"], 1))
-            rows.append({"data": data, "row": row["label"], **cost, "wall h": wall})
+            cost = cell_cost(cfg, find_run(runs, cfg), gpu, spec.get("timing_sample"), gpus, slots)
+            rows.append({"data": data, "row": row["label"], **cost})
     df = pd.DataFrame(rows)
-    total = {
-        "data": "total",
-        "row": "",
-        "items": df["items"].sum(),
-        "GPU h": df["GPU h"].sum(min_count=1),
-        "wall h": df["wall h"].sum(min_count=1),
-    }
+    total = {"data": "total", "row": "", "items": df["items"].sum()}
+    for col in df.columns:
+        if col.endswith("GPU h") or col == "wall h":
+            total[col] = df[col].sum(min_count=1)
     out = pd.concat([df, pd.DataFrame([total])], ignore_index=True)
     return out.astype(object).where(out.notna(), "")
 
@@ -136,20 +205,23 @@ def main(argv: list[str] | None = None) -> str:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or "=" in argv[0] or argv[0] in ("-h", "--help"):
         raise SystemExit(__doc__)
-    keys = ("shards", "gpu", "pair", "limit")
+    keys = ("shards", "gpu", "pair", "limit", "slots")
     pairs = [a.split("=", 1) for a in argv[1:]]
     options = {k.lower(): v for k, v in pairs if k.lower() in keys}  # SHARDS=8 as in the Makefile works too
     overrides = [f"{k}={v}" for k, v in pairs if k.lower() not in keys]
     gpu = options.get("gpu", "h100").lower()
     if gpu not in BANDWIDTH:
         raise SystemExit(f"error: gpu={gpu} is not known: choose one of {', '.join(BANDWIDTH)}")
-    shards = int(options.get("shards", 1))
+    shards, slots = int(options.get("shards", 1)), int(options.get("slots", 1))
     spec = load_spec(argv[0], {"pair": options.get("pair"), "limit": options.get("limit")})
-    df = plan(spec, shards, gpu, overrides)
+    df = plan(spec, shards, gpu, overrides, slots)
     text = (
-        f"## Plan: {spec.get('title', spec['name'])}\n\n{shards} shard(s), one {gpu.upper()} each; "
-        f"`estimate` figures come from the cost model (bf16 weights streamed once per forward at "
-        f"{EFFICIENCY:.0%} of {BANDWIDTH[gpu] / 1e12:.2f} TB/s), not a measurement.\n\n"
+        f"## Plan: {spec.get('title', spec['name'])}\n\n{shards} shard(s), {slots} per {gpu.upper()} "
+        f"({max(1, math.ceil(shards / slots))} GPU(s)); batch size {spec.get('batch_size', 1)}"
+        f"{', timing sample ' + str(spec['timing_sample']) if spec.get('timing_sample') else ''}. "
+        f"`estimate` figures come from the cost model (weights and KV cache streamed at {EFFICIENCY:.0%} of "
+        f"{BANDWIDTH[gpu] / 1e12:.2f} TB/s, launch-bound floors for eager and compiled forwards), not a "
+        "measurement; `chosen` is the fast engine at the spec's batch size plus its timing sample.\n\n"
         + df.to_markdown(index=False, floatfmt=".2f")
         + "\n"
     )

@@ -70,12 +70,22 @@ def launch(spec: dict, extra: list[str], shards: int, multirun: Path) -> None:
     subprocess.run(cmd, check=True, env=os.environ)
 
 
+def sources(data: str | None) -> str:
+    """Where this sweep's data and weights come from, in one line."""
+    offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+    weights = (
+        "local files and the hub cache only (HF_HUB_OFFLINE=1)" if offline else "the Hugging Face hub (and its cache)"
+    )
+    return f"data: {data or 'the Hugging Face hub'}; weights: {weights} (embedded pairs: built locally)"
+
+
 def main(argv: list[str] | None = None) -> str:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     spec_path, spec_overrides, extra = parse(sys.argv[1:] if argv is None else argv)
     shards = int(spec_overrides.pop("shards", 0) or 0)
     spec = load_spec(spec_path, spec_overrides)
     paths = compose(tuple(o for o in extra if not o.startswith("hydra"))).paths
+    print(sources(paths.data), flush=True)
     if shards or any(o.startswith("hydra/launcher=") for o in extra):
         launch(spec, extra, max(shards, 1), Path(paths.multirun))
     else:

@@ -1,78 +1,54 @@
-"""Fast path vs eager path on this CPU: same pair (the >= 20 ms verifier of bench_speed), same prompts and
-seeds, tokens/s ratio, token equality; compile time reported separately (paid once per shape)."""
+"""The fast engine (compiled forwards) vs eager on this CPU: the same pair (a >= 20 ms verifier), prompts and
+seeds, tokens/s ratio and token equality; compile time reported separately (paid once per shape).
+
+    python scripts/bench_fast.py [--small] [--out results/bench/fast]
+"""
 
 import argparse
-import json
 import time
 
 import torch
-from bench_speed import PAIRS
 
+from cactus_bench.bench.models import PAIRS
+from cactus_bench.bench.timing import write_results
 from cactus_bench.decode import autoregressive_generate, speculative_generate
-from cactus_bench.utils import environment_info, write_text_atomic
 
-PATHS = {"eager": {}, "static": {"static_cache": True}, "fast": {"static_cache": True, "compile": True}}
+SAMPLING = {"temperature": 0.6, "top_k": 20, "top_p": 0.95}
+
+
+def decode(drafter, verifier, prompt, seed, m, new_tokens, compile):
+    kw = {"max_new_tokens": new_tokens, "compile": compile, **SAMPLING}
+    s = speculative_generate(
+        drafter, verifier, prompt, rule="sps", m=m, generator=torch.Generator().manual_seed(seed), **kw
+    )
+    a = autoregressive_generate(verifier, prompt, generator=torch.Generator().manual_seed(seed), **kw)
+    return s, a
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pair", default="cpu50m", choices=list(PAIRS))
     ap.add_argument("--prompts", type=int, default=3)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--m", type=int, default=5)
+    ap.add_argument("--small", action="store_true", help="the tiny pair, dynamo's eager backend (seconds)")
     ap.add_argument("--out", default="results/bench/fast")
     args = ap.parse_args()
+    paths = {"eager": None, "fast": "inductor"}
+    if args.small:
+        args.pair, args.prompts, args.new_tokens, paths = "tiny", 2, 16, {"eager": None, "traced": "eager"}
     drafter, verifier = PAIRS[args.pair]()
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, verifier.config.vocab_size, (128,), generator=g).tolist() for _ in range(args.prompts)]
-    sampling = {"temperature": 0.6, "top_k": 20, "top_p": 0.95}
-    # warm-up (and compile) on the first prompt, every path, both loops
     compile_s = {}
-    for name, kw in PATHS.items():
+    for name, compile in paths.items():  # warm-up (and compile) on the first prompt, both loops
         t = time.perf_counter()
-        for _ in range(2):  # the second call settles recompiles for the bonus/rollback shapes
-            speculative_generate(
-                drafter,
-                verifier,
-                prompts[0],
-                rule="sps",
-                m=args.m,
-                max_new_tokens=args.new_tokens,
-                generator=torch.Generator().manual_seed(0),
-                **sampling,
-                **kw,
-            )
-            autoregressive_generate(
-                verifier,
-                prompts[0],
-                max_new_tokens=args.new_tokens,
-                generator=torch.Generator().manual_seed(0),
-                **sampling,
-                **kw,
-            )
+        decode(drafter, verifier, prompts[0], 0, args.m, args.new_tokens, compile)
         compile_s[name] = time.perf_counter() - t
-    rows = {name: {"sps_tokens": 0, "sps_time": 0.0, "ar_tokens": 0, "ar_time": 0.0, "tokens": []} for name in PATHS}
+    rows = {name: {"sps_tokens": 0, "sps_time": 0.0, "ar_tokens": 0, "ar_time": 0.0, "tokens": []} for name in paths}
     for i, ids in enumerate(prompts):
-        for name, kw in PATHS.items():  # interleaved: machine noise hits every path alike
-            s = speculative_generate(
-                drafter,
-                verifier,
-                ids,
-                rule="sps",
-                m=args.m,
-                max_new_tokens=args.new_tokens,
-                generator=torch.Generator().manual_seed(i),
-                **sampling,
-                **kw,
-            )
-            a = autoregressive_generate(
-                verifier,
-                ids,
-                max_new_tokens=args.new_tokens,
-                generator=torch.Generator().manual_seed(i),
-                **sampling,
-                **kw,
-            )
+        for name, compile in paths.items():  # interleaved: machine noise hits every path alike
+            s, a = decode(drafter, verifier, ids, i, args.m, args.new_tokens, compile)
             r = rows[name]
             r["sps_tokens"] += len(s.tokens)
             r["sps_time"] += s.wall_time
@@ -80,14 +56,13 @@ def main():
             r["ar_time"] += a.wall_time
             r["tokens"].append((s.tokens, a.tokens))
     lines = [
-        f"# Fast path vs eager on this CPU ({args.pair}, m={args.m}, T=0.6, {args.prompts} prompts x "
+        f"# Fast engine vs eager on this CPU ({args.pair}, m={args.m}, T=0.6, {args.prompts} prompts x "
         f"{args.new_tokens} tokens)",
         "",
-        "| path | SpS tok/s | x eager | AR tok/s | x eager | same tokens as eager | warm-up/compile s |",
+        "| engine | SpS tok/s | x eager | AR tok/s | x eager | same tokens as eager | warm-up/compile s |",
         "|---|---|---|---|---|---|---|",
     ]
-    base = rows["eager"]
-    result = {}
+    base, result = rows["eager"], {}
     for name, r in rows.items():
         sps, ar = r["sps_tokens"] / r["sps_time"], r["ar_tokens"] / r["ar_time"]
         same = r["tokens"] == base["tokens"]
@@ -101,15 +76,13 @@ def main():
             f"| {name} | {sps:.1f} | {sps / (base['sps_tokens'] / base['sps_time']):.2f}x | {ar:.1f} | "
             f"{ar / (base['ar_tokens'] / base['ar_time']):.2f}x | {same} | {compile_s[name]:.0f} |"
         )
-    env = environment_info()
-    lines += [
-        "",
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, load avg "
-        f"{env['hardware'].get('load_avg')}; command: `make bench-fast`",
-    ]
     print("\n".join(lines))
-    write_text_atomic(args.out + ".md", "\n".join(lines) + "\n")
-    write_text_atomic(args.out + ".json", json.dumps({"args": vars(args), "env": env, "results": result}, indent=1))
+    write_results(
+        args.out,
+        "\n".join(lines),
+        {"args": vars(args), "results": result},
+        "python scripts/bench_fast.py" + (" --small" if args.small else ""),
+    )
 
 
 if __name__ == "__main__":

@@ -3,16 +3,13 @@ on), at B = 1, V = 151,936 (Qwen3), m ∈ {5, 10, 20}, beside one softmax over t
 (the floor a rule kernel is compared with)."""
 
 import argparse
-import json
 import platform
-import time
 from functools import partial
-from pathlib import Path
 
 import torch
 
+from cactus_bench.bench.timing import median_time, write_results
 from cactus_bench.rules import build_rule
-from cactus_bench.utils import environment_info, write_text_atomic
 
 RULES = [
     ("sps", {}),
@@ -27,22 +24,6 @@ RULES = [
 ]
 
 
-def timeit(fn, device, repeat):
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(repeat):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t)
-    times.sort()
-    return times[len(times) // 2]
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--vocab", type=int, default=151_936)
@@ -50,7 +31,10 @@ def main():
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--out", default="results/bench/rules")
+    ap.add_argument("--small", action="store_true", help="V = 4,096, m = 5, a few repeats (seconds)")
     args = ap.parse_args()
+    if args.small:
+        args.vocab, args.m, args.repeat = 4096, [5], 3
     device = torch.device(args.device)
     g = torch.Generator(device=device).manual_seed(0)
     rows = []
@@ -59,13 +43,13 @@ def main():
         logits_q = torch.randn(1, m + 1, args.vocab, device=device, generator=g)
         p, q = logits_p.softmax(-1), logits_q.softmax(-1)
         d = torch.multinomial(p[0], 1, generator=g).T
-        floor = timeit(lambda: logits_q.softmax(-1), device, args.repeat)
+        floor = median_time(lambda: logits_q.softmax(-1), device, args.repeat)
         rows.append({"rule": "softmax (floor)", "m": m, "ms": floor * 1e3, "x_softmax": 1.0})
         for name, params in RULES:
             rule = build_rule(name, **params)
             label = name + (f"[{params['variant']}]" if "variant" in params else "")
             call = partial(rule.verify, p, q, d, g, check=False, return_kl=True, draft_raw=p, target_raw=q)
-            t = timeit(call, device, args.repeat)
+            t = median_time(call, device, args.repeat)
             rows.append({"rule": label, "m": m, "ms": t * 1e3, "x_softmax": t / floor})
     lines = [
         f"# verify() time per call, B=1, V={args.vocab}, {device.type} ({platform.processor() or 'cpu'}), "
@@ -79,9 +63,7 @@ def main():
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     table = "\n".join(lines)
     print(table)
-    out = Path(args.out)
-    write_text_atomic(out.with_suffix(".md"), table + "\n")
-    write_text_atomic(out.with_suffix(".json"), json.dumps({"env": environment_info(), "rows": rows}, indent=1))
+    write_results(args.out, table, {"rows": rows}, "python scripts/bench_rules.py" + (" --small" if args.small else ""))
 
 
 if __name__ == "__main__":

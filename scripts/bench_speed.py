@@ -13,7 +13,6 @@ Prints a Markdown table and writes it (plus JSON with the environment) next to `
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from functools import partial
@@ -21,14 +20,9 @@ from functools import partial
 import torch
 from transformers import GenerationConfig
 
-from cactus_bench.bench.models import self_speculative_pair
+from cactus_bench.bench.models import PAIRS
+from cactus_bench.bench.timing import write_results
 from cactus_bench.decode import ForwardTimer, autoregressive_generate, speculative_generate
-from cactus_bench.utils import environment_info, write_text_atomic
-
-PAIRS = {  # (vocab, hidden, verifier layers): a >= 20 ms verifier on a 2-core CPU, and the tiny test size
-    "cpu50m": lambda: self_speculative_pair(4096, 640, 10, heads=10, kv_heads=5, intermediate_size=1920),
-    "tiny": lambda: self_speculative_pair(512, 64, 2, heads=4, kv_heads=2),
-}
 
 
 class ForwardMeter:
@@ -133,8 +127,8 @@ def run_pair(name, args):
         "hf_generate": lambda ids, seed: hf_generate(verifier, None, ids, args, seed),
     }
     if args.fast:
-        methods["ours_sps_fast"] = partial(ours_sps, compile=True)
-        methods["ours_ar_fast"] = partial(ours_ar, compile=True)
+        methods["ours_sps_fast"] = partial(ours_sps, compile="inductor")
+        methods["ours_ar_fast"] = partial(ours_ar, compile="inductor")
     rows = {k: [] for k in methods}
     for fn in methods.values():  # warm-up: allocator, kernels, HF's lazy setup, compiled graphs
         for _ in range(2):  # twice: the compiled bonus/rollback shapes settle on the second call
@@ -193,7 +187,10 @@ def main():
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     ap.add_argument("--fast", action="store_true", help="also time our fast path (compiles: ~1 min per pair)")
     ap.add_argument("--out", default="results/bench/speed")
+    ap.add_argument("--small", action="store_true", help="the tiny pair, one prompt, 16 tokens, no --fast (seconds)")
     args = ap.parse_args()
+    if args.small:
+        args.pairs, args.prompts, args.new_tokens, args.prompt_len, args.fast = ["tiny"], 1, 16, 32, False
     if args.threads:
         torch.set_num_threads(args.threads)
     results = [run_pair(p, args) for p in args.pairs]
@@ -231,17 +228,14 @@ def main():
                 f"**{r['fast_sps_vs_hf_assisted']:.2f}x** | {m['ours_ar_fast']['tokens_per_s']:.1f} | "
                 f"**{r['fast_ar_vs_hf_generate']:.2f}x** |"
             )
-    env = environment_info()
-    lines += [
-        "",
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, load avg "
-        f"{env['hardware'].get('load_avg')}; command: `python scripts/bench_speed.py "
-        f"--m {args.m} --prompts {args.prompts} --new-tokens {args.new_tokens}{' --fast' if args.fast else ''}`",
-    ]
+    command = "python scripts/bench_speed.py" + (
+        " --small"
+        if args.small
+        else f" --m {args.m} --prompts {args.prompts} --new-tokens {args.new_tokens}{' --fast' if args.fast else ''}"
+    )
     table = "\n".join(lines)
     print(table)
-    write_text_atomic(args.out + ".md", table + "\n")
-    write_text_atomic(args.out + ".json", json.dumps({"args": vars(args), "env": env, "results": results}, indent=1))
+    write_results(args.out, table, {"args": vars(args), "results": results}, command)
 
 
 if __name__ == "__main__":

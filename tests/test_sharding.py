@@ -76,17 +76,22 @@ def test_shard_values_are_checked():
 
 
 def test_plan_prints_a_costed_table_for_table1():
-    out = subprocess.run(
-        [sys.executable, "-m", "cactus_bench.plan", "sweeps/table1.yaml", "shards=8", "gpu=h200"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=True,
-    )
-    assert "8 shard(s), one H200 each" in out.stdout and "estimate" in out.stdout
-    rows = [line for line in out.stdout.splitlines() if line.startswith("| gsm8k")]
+    """Eager and fast side by side at batch size 1, and the fast engine at the spec's batch size (auto):
+    the launch-bound eager engine costs several times the fast one; batching divides the fast one again."""
+    from cactus_bench.plan import main
+
+    text = main(["sweeps/table1.yaml", "shards=8", "gpu=h200"])
+    assert "8 shard(s), 1 per H200 (8 GPU(s))" in text and "estimate" in text
+    rows = [line for line in text.splitlines() if line.startswith("| gsm8k")]
     assert len(rows) == 5 and "1319" in rows[0]  # every Table 1 row on GSM8K, all its items
-    assert "| total" in out.stdout
+    header = next(line for line in text.splitlines() if line.startswith("| data"))
+    cols = [c.strip() for c in header.strip("|").split("|")]
+    total = [
+        c.strip() for c in next(line for line in text.splitlines() if line.startswith("| total")).strip("|").split("|")
+    ]
+    eager, fast, batched = (float(total[cols.index(c)]) for c in ("eager B=1 GPU h", "fast B=1 GPU h", "fast B GPU h"))
+    assert eager > 4 * fast > 4 * batched
+    assert main(["sweeps/table1.yaml", "shards=8", "slots=2", "gpu=h200"]).count("(4 GPU(s))") == 1
 
 
 def test_the_sweep_writes_each_cell_as_the_same_run(small_pair_dir, tmp_path):

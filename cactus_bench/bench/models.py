@@ -107,3 +107,10 @@ def self_speculative_pair(
         drafter.model.norm.weight.copy_(verifier.model.norm.weight)
         drafter.lm_head.weight.copy_(verifier.lm_head.weight)
     return drafter, verifier
+
+
+# CPU benchmark pairs: a verifier of >= 20 ms a forward on a 2-core CPU, and the tiny test size.
+PAIRS = {
+    "cpu50m": lambda: self_speculative_pair(4096, 640, 10, heads=10, kv_heads=5, intermediate_size=1920),
+    "tiny": lambda: self_speculative_pair(512, 64, 2, heads=4, kv_heads=2),
+}

@@ -1,0 +1,75 @@
+"""What a decode round costs the host, per engine: dispatched ops and host reads per round (see
+cactus_bench/bench/launch.py for why these predict GPU overhead), on the tiny pair and on random models
+with Qwen3-0.6B's shape (verifier: the full 28 layers; drafter: 2 of them). Prints one line per engine and
+model: `engine=<name> model=<name> ops_per_round=<n> host_syncs_per_round=<k>`.
+
+    python scripts/bench_launch.py [--small] [--out results/bench/launch]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from cactus_bench.bench.launch import per_round
+from cactus_bench.bench.models import PAIRS, SHAPES
+from cactus_bench.bench.timing import write_results
+from cactus_bench.decode import Engine, EngineOptions, Job
+from cactus_bench.models import random_lm
+from cactus_bench.rules import build_rule
+
+ENGINES = {"eager": None, "fast": "inductor"}
+
+
+def qwen3_06b_pair():
+    shape = {**SHAPES["qwen3-0.6b"], "max_position_embeddings": 4096, "eos_token_id": None, "bos_token_id": None}
+    return random_lm("qwen3", 0, **{**shape, "num_hidden_layers": 2}), random_lm("qwen3", 1, **shape)
+
+
+def measure(pair, compile, m: int, new_tokens: int) -> dict:
+    drafter, verifier = pair
+    engine = Engine(verifier, drafter, build_rule("cactus"), m, eos={1}, options=EngineOptions(1, compile))
+    prompt = list(range(10, 42))
+    list(engine.run([Job(prompt, new_tokens, torch.Generator().manual_seed(0))]))  # warm up (and compile)
+
+    def decode() -> int:
+        rounds = []
+        engine.on_round = lambda e, slots: rounds.append(1)
+        list(engine.run([Job(prompt, new_tokens, torch.Generator().manual_seed(1))]))
+        engine.on_round = None
+        return len(rounds)
+
+    return per_round(decode)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--small", action="store_true", help="the tiny pair only, eager and traced (seconds)")
+    ap.add_argument("--m", type=int, default=4)
+    ap.add_argument("--new-tokens", type=int, default=24)
+    ap.add_argument("--out", default="results/bench/launch")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    models = {"tiny": PAIRS["tiny"]} if args.small else {"tiny": PAIRS["tiny"], "qwen3-0.6b-shape": qwen3_06b_pair}
+    engines = {"eager": None, "traced": "eager"} if args.small else ENGINES
+    rows, lines = [], []
+    for model, build in models.items():
+        pair = build()
+        for engine, compile in engines.items():
+            r = measure(pair, compile, args.m, args.new_tokens)
+            line = (
+                f"engine={engine} model={model} ops_per_round={r['ops_per_round']:.0f} "
+                f"host_syncs_per_round={r['host_syncs_per_round']:.0f}"
+            )
+            print(line, flush=True)
+            lines.append(line)
+            rows.append({"engine": engine, "model": model, **r})
+    body = "\n".join(lines)
+    md = f"# Ops and host reads per decode round (m = {args.m}, Cactus, one thread)\n\n```\n{body}\n```\n"
+    md += "\nops per round: top-level aten calls from Python + compiled-graph launches, prefill excluded.\n"
+    write_results(args.out, md, {"rows": rows}, "python scripts/bench_launch.py" + (" --small" if args.small else ""))
+
+
+if __name__ == "__main__":
+    main()
