@@ -18,7 +18,31 @@ def main() -> None:
 
     from .app.schema import CONF_DIR  # registers the config schema too
 
+    check_composition([a for a in sys.argv[1:] if not a.startswith("-")], multirun="-m" in sys.argv[1:])
+
     hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")(_run)()
+
+
+def check_composition(overrides: list[str], multirun: bool) -> None:
+    """Compose the config once before Hydra does, so an override Hydra refuses (an unknown key or option, a
+    value of the wrong type) is one paragraph with exit status 2, not Hydra's text and exit 1. A multirun's
+    sweep values (a,b) are checked value by value."""
+    from .app.errors import explain_composition, fail
+    from .report.specs import compose
+
+    sets = [[]]
+    for o in overrides:
+        key, _, value = o.partition("=")
+        values = value.split(",") if multirun and "," in value and not value.startswith(("[", "{")) else [value]
+        sets = [s + [f"{key}={v}"] for s in sets for v in values][:64]  # enough to reach every bad value
+    for chosen in sets:
+        try:
+            compose(tuple(o for o in chosen if not o.startswith(("hydra/", "hydra."))))
+        except Exception as e:  # noqa: BLE001  (only Hydra's composition errors are rewritten)
+            explained = explain_composition(e, chosen)
+            if explained is None:
+                raise
+            fail(explained)
 
 
 _GPU_SLOT = None  # the lock file this worker holds for its GPU (kept open while the process lives)
@@ -63,6 +87,10 @@ def _run(cfg) -> None:
         summary = run(cfg, method)
     except ConfigError as e:
         fail(e)
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (app.run.Terminated): one line, not a traceback
+        signal = "SIGTERM" if type(e).__name__ == "Terminated" else "Ctrl-C"
+        print(f"interrupted ({signal}): the run is marked interrupted; the same command resumes it", file=sys.stderr)
+        sys.exit(143 if signal == "SIGTERM" else 130)
     except Exception as e:  # noqa: BLE001  (every failure becomes one paragraph; --debug adds the traceback)
         fail(e)
     from .metrics import METRICS

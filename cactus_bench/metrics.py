@@ -147,6 +147,7 @@ def _ratio(num: float | None, den: float | None) -> float | None:
 # --- the definitions -----------------------------------------------------------------------------------
 
 METRICS.add("score", Metric("score", "score", "{:.2f}", cli=True))  # the task's primary metric (benchmark)
+METRICS.add("n", Metric("n", "n", "{:.0f}", tracked=False))  # the items a table's cells are computed on
 
 
 @pooled_metric("AL", "{:.2f}", cli=True)

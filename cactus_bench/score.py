@@ -1,9 +1,19 @@
-"""Re-score stored generations with the same lm-eval task code, on any machine (no models, no GPU).
+"""Re-score stored replies with the same lm-eval task code, on any machine (no models, no GPU).
 
-    python -m cactus_bench.score data=ifeval responses=path/to/responses.jsonl
+    python -m cactus_bench.score data=DATASET responses=PATH [output=FILE] [root=DATA_FOLDER]
 
-Prints the metrics as one JSON object on its last line and writes them beside the responses. Responses
-covering part of the dataset are scored on that part, and the output says so.
+  data       the dataset the replies answer: arith, gpqa (gpqa_diamond), gpqa_extended, gpqa_main, gsm8k, ifeval
+  responses  a run folder (every shard's samples), or a JSONL file with one object per line:
+             {"id": <the dataset's key: GSM8K test row, IFEval `key`, GPQA `Record ID`>, "response": "<reply>"}
+             (a run's samples.jsonl works as is; its lines also name their dataset, which is checked)
+  output     where the scores go (default: <paths.results>/scores/<responses name>.scores.json, never into
+             the run folder or beside the input)
+  root       the local data folder (default $CACTUS_BENCH_DATA; unset: the Hugging Face hub)
+
+Prints the metrics as one JSON object on its last line and writes them to `output`. Replies covering part of
+the dataset are scored on that part, and the output says so. Example:
+
+    python -m cactus_bench.score data=gsm8k responses=results/runs/gsm8k/tiny/sps_m10_s0_1b6f40784c
 """
 
 from __future__ import annotations
@@ -52,12 +62,22 @@ def read_responses(path: Path, data: str | None = None) -> dict[str, str]:
                 raise DataError(f"{file}:{n}: expected a JSON object with 'id' and 'response' ({e})") from None
             if not isinstance(response, str):
                 raise DataError(f"{file}:{n}: 'response' of id {key} is {response!r}, not text")
+            if data is not None and row.get("data") not in (None, data) and row.get("data") != _label(data):
+                raise DataError(
+                    f"{file}:{n}: this reply answers {row['data']}, not {data}: score it with data={row['data']}"
+                )
             if key in out:
                 raise DataError(f"{file}:{n}: id {key} appears twice (first at {where[key]}): keep one response per id")
             out[key], where[key] = response, f"{file.name}:{n}"
     if not out:
         raise DataError(f"no responses in {str(path)!r}: expected JSON lines with 'id' and 'response'")
     return out
+
+
+def _label(data: str) -> str | None:
+    """A dataset's label (gpqa -> gpqa_diamond), as samples name it."""
+    node = dataset_configs().get(data)
+    return node.label if node is not None else None
 
 
 def _check_run_data(folder: Path, data: str | None) -> None:
@@ -104,8 +124,23 @@ def score_responses(data: str, responses: dict[str, str], root: str | None = Non
     return result
 
 
+def main() -> None:
+    if any(a in ("-h", "--help") for a in sys.argv[1:]):
+        print(__doc__)
+        return
+    _score()
+
+
+def default_output(path: Path) -> Path:
+    """<paths.results>/scores/<the input's name>.scores.json (the whole name: run folders have dots in it)."""
+    from .app.schema import default_paths
+
+    name = path.name.removesuffix(".jsonl") if path.is_file() else path.name
+    return Path(default_paths().results) / "scores" / f"{name}.scores.json"
+
+
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR / "tools"), config_name="score")
-def main(cfg: DictConfig) -> None:
+def _score(cfg: DictConfig) -> None:
     try:
         for key, what in (
             ("data", f"the dataset: one of {', '.join(sorted(dataset_configs()))}"),
@@ -120,8 +155,9 @@ def main(cfg: DictConfig) -> None:
         sys.exit(2)
     if result["partial"]:
         print(f"note: scored {result['scored']} of {result['dataset_size']} {cfg.data} items (partial coverage)")
-    out = Path(cfg.output) if cfg.output else (path if path.is_dir() else path.parent) / f"{path.stem}.scores.json"
+    out = Path(cfg.output) if cfg.output else default_output(path)
     write_text_atomic(out, json.dumps(result, indent=1))
+    print(f"written: {out}")
     print(json.dumps(result))
 
 

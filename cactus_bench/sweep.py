@@ -21,7 +21,9 @@ import time
 from pathlib import Path
 
 import yaml
+from omegaconf import DictConfig
 
+from .methods import Method
 from .report import compose, figures, load_runs, load_spec, render_table
 from .report.specs import cell_config, pair_spec, run_overrides, spec_pairs
 
@@ -79,23 +81,59 @@ def sources(data: str | None) -> str:
     return f"data: {data or 'the Hugging Face hub'}; weights: {weights} (embedded pairs: built locally)"
 
 
+def cells(spec: dict, extra: list[str]) -> list[tuple[str, DictConfig, Method]]:
+    """Every cell of the sweep composed and validated, before any runs: (name, config, method)."""
+    from .app.config import ConfigError, validate
+    from .app.errors import ConfigCompositionError, explain_composition
+
+    out = []
+    for _, pair in spec_pairs(spec):
+        for data in spec["data"]:
+            for row in spec["rows"]:
+                name = f"{row['label']} on {data} ({pair})"
+                overrides = run_overrides(pair_spec(spec, pair), row, data) + [
+                    o for o in extra if not o.startswith("hydra")
+                ]
+                try:
+                    cfg = compose(tuple(overrides))
+                    out.append((name, cfg, validate(cfg)))
+                except ConfigError as e:
+                    raise ConfigError(f"{spec['name']}, cell {name}: {e}") from None
+                except Exception as e:  # noqa: BLE001  (Hydra's composition errors, rewritten)
+                    explained = explain_composition(e, overrides)
+                    if explained is None:
+                        raise
+                    raise ConfigCompositionError(f"{spec['name']}, cell {name}: {explained}") from None
+    return out
+
+
 def main(argv: list[str] | None = None) -> str:
+    from .app.errors import fail
+
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     spec_path, spec_overrides, extra = parse(sys.argv[1:] if argv is None else argv)
     shards = int(spec_overrides.pop("shards", 0) or 0)
     spec = load_spec(spec_path, spec_overrides)
-    paths = compose(tuple(o for o in extra if not o.startswith("hydra"))).paths
+    try:
+        todo = cells(spec, extra)  # every cell checked before the first one runs
+    except ValueError as e:  # ConfigError, ConfigCompositionError: one paragraph, exit 2
+        fail(e)
+    paths = todo[0][1].paths
     print(sources(paths.data), flush=True)
     if shards or any(o.startswith("hydra/launcher=") for o in extra):
         launch(spec, extra, max(shards, 1), Path(paths.multirun))
     else:
         from .app.run import run
 
-        for _, pair in spec_pairs(spec):
-            for data in spec["data"]:
-                for row in spec["rows"]:
-                    print(f"== {spec['name']}: {row['label']} on {data} ({pair})", flush=True)
-                    run(compose(tuple(run_overrides(pair_spec(spec, pair), row, data) + extra)))
+        for name, cfg, method in todo:
+            print(f"== {spec['name']}: {name}", flush=True)
+            try:
+                run(cfg, method)
+            except KeyboardInterrupt:
+                print(f"interrupted during {name}: the same command resumes the sweep", file=sys.stderr)
+                sys.exit(130)
+            except Exception as e:  # noqa: BLE001  (one paragraph naming what failed; --debug: the traceback)
+                fail(e)
     identity_overrides = [o for o in extra if not o.startswith(("hydra", "progress", "tracking"))]
     runs = load_runs(paths.runs)
     if spec.get("figure"):
@@ -104,7 +142,8 @@ def main(argv: list[str] | None = None) -> str:
         return ""
     md, path = render_table(spec, runs, paths.tables, identity_overrides)
     print(md)
-    print(f"written: {path.with_suffix('')}.{{csv,md,tex}}")
+    if path is not None:
+        print(f"written: {path.with_suffix('')}.{{csv,md,tex}}")
     return md
 
 

@@ -1,6 +1,7 @@
 """Benchmarks and scoring: data loading (local and mocked hub), lm-eval scoring, re-scoring, Spec-Bench."""
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -211,18 +212,22 @@ def test_rescoring_cli_on_partial_responses(tmp_path):
     responses.write_text(
         "".join(json.dumps({"id": i, "response": rows[i]["answer"] if i % 2 else "#### -1"}) + "\n" for i in range(4))
     )
+    env = {**os.environ, "CACTUS_BENCH_RESULTS": str(tmp_path / "results")}
     out = subprocess.run(
         [sys.executable, "-m", "cactus_bench.score", "data=gsm8k", f"responses={responses}"],
         capture_output=True,
         text=True,
         check=True,
         cwd=tmp_path,
+        env=env,
     )
     assert not list(tmp_path.glob("*.log"))  # nothing left in the working directory
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["scored"] == 4 and result["partial"] and "scored 4 of 1319" in out.stdout
     assert result["metrics"]["exact_match,strict-match"] == 0.5
-    assert json.loads((tmp_path / "responses.scores.json").read_text()) == result
+    written = tmp_path / "results" / "scores" / "responses.scores.json"  # under the results, not beside the input
+    assert f"written: {written}" in out.stdout and json.loads(written.read_text()) == result
+    assert not list(tmp_path.glob("*.scores.json"))
 
 
 def test_rescoring_rejects_unknown_ids(tmp_path):
@@ -280,3 +285,73 @@ def test_ifeval_scoring_is_reproducible_and_leaves_the_global_rng_alone():
     state = random.getstate()
     scores = {json.dumps(scorer.score(index, "aaaa bbbb cccc dddd eeee")) for _ in range(20)}
     assert len(scores) == 1 and random.getstate() == state
+
+
+def test_a_gpqa_run_prints_and_writes_no_gpqa_text(small_pair_dir, tmp_path, caplog, capsys):
+    """Everything a GPQA run logs, prints and writes is free of question and answer text: the warning about
+    answers that coincide after cleaning names the record only (it once printed the answer)."""
+    import logging
+
+    from cactus_bench.app import run as run_mod
+
+    from .helpers.configs import cfg_of
+
+    caplog.set_level(logging.INFO)
+    rows = load_gpqa(DATA)["train"]
+    texts = [t.encode() for r in rows for t in [r["Question"][:80], *r["choices"]] if len(t) >= 20]
+    args = ("pair=tiny", "data=gpqa", "method=sps", "limit=2", "m=2", "max_gen_toks=6", "progress=false")
+    run_mod.run(cfg_of(*args, results=tmp_path, pair_dir=small_pair_dir))
+    said = (caplog.text + "".join(capsys.readouterr())).encode()
+    written = b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
+    assert "coincide after cleaning" in caplog.text and "recZSGUkn56v9kEp1" in caplog.text  # the warning, by id
+    assert not [t for t in texts if t in said or t in written]
+    assert [t for t in texts if t in said + texts[0]]  # control: the scan finds text where there is some
+
+
+def test_scoring_fixes_keep_every_score(monkeypatch):
+    """The punctuation table built once and the linear thinking filter score replies exactly as lm-eval's
+    stock helper and the authors' regex do (replies that reach the choice-text fallback, which uses the
+    table, and stray </think> tags included)."""
+    import builtins
+    import re
+
+    from cactus_bench.benchmarks import filters
+
+    scorer = scorer_for("gpqa", DATA)
+    replies = []
+    for p in scorer.prompts(12):
+        right, text = p.doc["answer"], p.doc["choices"][1]
+        replies += [
+            (p.index, f"<think>hmm</think>The answer is {right}."),
+            (p.index, f"I pick: {text}!"),  # no letter: matched by the choice text, punctuation ignored
+            (p.index, f"draft </think> then {text.upper()}"),
+            (p.index, f"{right} a</think>b</think> (C)"),
+        ]
+    ours = [scorer.score(i, r) for i, r in replies]
+    stray = re.compile(r".*?</think>", flags=re.DOTALL)
+
+    def authors_remove_thinking(text):  # spec.py's RemoveThinkingToken, as written there
+        text = re.sub(r"<think>.*?</think>", "", text, flags=re.DOTALL)
+        return stray.sub("", text).replace("<think>", "").lstrip("\n")
+
+    monkeypatch.setattr(filters.extraction, "range", builtins.range)
+    monkeypatch.setattr(filters, "remove_thinking", authors_remove_thinking)
+    assert [scorer.score(i, r) for i, r in replies] == ours
+    assert {s["exact_match,flexible-extract"] for s in ours} == {0.0, 1.0}
+
+
+def test_replies_keep_special_tokens_but_not_the_final_eos(small_pair_dir):
+    """As the authors' harness decodes (skip_special_tokens=False; vLLM leaves the stop token out): a special
+    token inside a reply stays in its text, the EOS that ended it does not."""
+    from transformers import AutoTokenizer
+
+    from cactus_bench.decode.backends.hf import reply_text
+    from cactus_bench.decode.stats import GenerationOutput, Rounds
+
+    tok = AutoTokenizer.from_pretrained(small_pair_dir / "verifier")
+    start, eos = tok.convert_tokens_to_ids(["<|im_start|>", "<|im_end|>"])
+    ids = tok("7 + 5 = 12", add_special_tokens=False)["input_ids"]
+    ended = GenerationOutput([*ids, start, *ids, eos], Rounds(), 0.0, 0.0, "eos")
+    cut = GenerationOutput([*ids, eos, *ids], Rounds(), 0.0, 0.0, "length")
+    assert reply_text(tok, ended) == tok.decode(ids) + "<|im_start|>" + tok.decode(ids)
+    assert "<|im_end|>" in reply_text(tok, cut)  # only a final EOS that ended the reply is left out

@@ -223,6 +223,7 @@ def test_lossless_test_rejects_a_bonus_from_the_drafter(small_pair, ar_law):
     assert g_test_pvalue(samples, ar_law) < P_THRESHOLD
 
 
+@pytest.mark.slow  # the lossless test's power check (3,000 decodes): CI's slow tier
 def test_lossy_rule_is_not_lossless(small_pair, ar_law):
     """The test has power against a rule that is lossy by design."""
     samples, _ = sequence_samples(*small_pair, build_rule("cactus", delta=1.0))
@@ -415,17 +416,60 @@ def test_padded_embeddings_of_different_sizes_use_the_shared_vocabulary():
     verifier = tiny_qwen3(vocab_size=40, hidden_size=32, num_layers=2, logit_scale=3.0, seed=1)
     law = torch.softmax(fresh_next_logits(verifier, PROMPT)[:24].double(), -1)
     assert float(torch.softmax(fresh_next_logits(verifier, PROMPT).double(), -1)[24:].sum()) > 0.2  # padded mass
-    g = torch.Generator().manual_seed(0)
-    first = {"sps": [], "ar": [], "ar_unrestricted": []}
-    for _ in range(RUNS):
-        first["sps"].append(
-            speculative_generate(drafter, verifier, PROMPT, rule="sps", m=1, max_new_tokens=2, generator=g).tokens[0]
+
+    def first_tokens(verifier_only: bool, vocab) -> list[int]:  # 3,000 decodes, 64 rows at a time
+        engine = Engine(
+            verifier,
+            None if verifier_only else drafter,
+            None if verifier_only else build_rule("sps"),
+            0 if verifier_only else 1,
+            vocab=vocab,
+            options=EngineOptions(64),
         )
-        first["ar"].append(autoregressive_generate(verifier, PROMPT, max_new_tokens=1, vocab=24, generator=g).tokens[0])
-        first["ar_unrestricted"].append(
-            autoregressive_generate(verifier, PROMPT, max_new_tokens=1, generator=g).tokens[0]
-        )
+        todo = [Job(PROMPT, 1 if verifier_only else 2, torch.Generator().manual_seed(i)) for i in range(RUNS)]
+        return [out.tokens[0] for _, out in engine.run(todo)]
+
+    first = {
+        "sps": first_tokens(False, None),
+        "ar": first_tokens(True, 24),
+        "ar_unrestricted": first_tokens(True, None),
+    }
     assert max(first["sps"]) < 24 and max(first["ar"]) < 24
     assert g_test_pvalue(torch.tensor(first["sps"]), law) > P_THRESHOLD
     assert g_test_pvalue(torch.tensor(first["ar"]), law) > P_THRESHOLD
     assert max(first["ar_unrestricted"]) >= 24  # control: the verifier's own vocabulary does emit padded ids
+
+
+# --- the warpers: the same distributions as transformers' (and vLLM's) ------------------------------
+
+
+def hf_warp(logits, temperature, top_k, top_p):
+    from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
+
+    scores = logits.float() / temperature
+    if top_k:
+        scores = TopKLogitsWarper(top_k)(None, scores)
+    if top_p < 1:
+        scores = TopPLogitsWarper(top_p)(None, scores)
+    return torch.softmax(scores, -1)
+
+
+@pytest.mark.parametrize("top_k,top_p", [(20, 0.95), (5, 1.0), (0, 0.9), (3, 0.5)])
+def test_warper_matches_transformers(top_k, top_p):
+    from cactus_bench.decode import Warper
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(64, 50, generator=g) * 3
+    logits[:8, 10:14] = logits[:8, 9:10]  # ties, some of them at the k-th logit
+    logits = torch.round(logits * 4) / 4  # bf16-like coarse values: many ties
+    torch.testing.assert_close(Warper(0.6, top_k, top_p)(logits), hf_warp(logits, 0.6, top_k, top_p))
+
+
+def test_ties_at_the_top_k_boundary_are_kept_before_top_p():
+    """19 logits from linspace(2, 1) and three tied at 0.9 (k = 20 keeps all three), T = 0.6, top-p 0.95:
+    transformers and vLLM keep 19 tokens. Dropping the ties before top-p (18 kept) was the bug."""
+    from cactus_bench.decode import Warper
+
+    logits = torch.cat([torch.linspace(2, 1, 19), torch.full((3,), 0.9), torch.full((10,), 0.1)])[None]
+    kept = int((Warper(0.6, 20, 0.95)(logits) > 0).sum())
+    assert kept == int((hf_warp(logits, 0.6, 20, 0.95) > 0).sum()) == 19

@@ -48,8 +48,8 @@ def checked_value(check: str):
         config = scorer_for({"cactus_gsm8k": "gsm8k", "cactus_gpqa_diamond": "gpqa"}[task]).task.config
         value = getattr(config, key.split(".")[0])
         for part in key.split(".")[1:]:
-            value = value[part]
-        return value
+            value = value[part] if isinstance(value, dict) else getattr(value, part)
+        return value.__name__ if isinstance(value, type) else value
     if kind == "py":
         module, _, name = ref.rpartition(".")
         return getattr(importlib.import_module(module), name)
@@ -65,6 +65,43 @@ def test_protocol_document_agrees_with_the_code(check, ours):
 
 def test_protocol_document_checks_many_settings():
     assert len(protocol_rows()) >= 20
+
+
+# A constant is only a name: each `py:` row is also checked by the test of what the constant does.
+BEHAVIOUR = {
+    "py:cactus_bench.benchmarks.scoring.FEWSHOT_SEED": "test_gsm8k_exemplars_are_the_authors_draws",
+    "py:cactus_bench.benchmarks.scoring.FEWSHOT_AS_MULTITURN": (
+        "test_fewshot_prompts_are_identical_across_processes_and_limits"
+    ),
+    "py:cactus_bench.benchmarks.data.GPQA_SHUFFLE_SEED": "test_gpqa_choices_follow_the_authors_lm_eval",
+}
+
+
+def test_every_constant_row_has_a_behaviour_test():
+    constants = [check for check, _ in protocol_rows() if check.startswith("py:")]
+    assert constants and all(callable(globals().get(BEHAVIOUR.get(c, ""))) for c in constants), constants
+
+
+@needs_data
+def test_gsm8k_exemplars_are_the_authors_draws():
+    """The authors' lm-eval (e4a7b69) draws a document's exemplars twice from the seed-1234 generator and uses
+    the second draw: document 0 shows train rows 7462, 6610, 4769, 286, 5501. lm-eval 0.4.13's own sampler
+    (one draw) shows 6374, 3610, 957, 61, 742: the control."""
+    from lm_eval.api import samplers
+
+    def exemplars(scorer):
+        scorer.chat_template, scorer.tokenizer_name = (lambda h, add_generation_prompt=True: json.dumps(h)), "plain"
+        context = json.loads(scorer.prompts(1)[0].context)[0]["content"]
+        train = scorer.task.fewshot_docs()
+        found = [(context.index(d["question"]), d["id"]) for d in train if f"Question: {d['question']}\n" in context]
+        return [i for _, i in sorted(found)]
+
+    ours = scorer_for("gsm8k", DATA)
+    assert ours.task.sampler.__class__.__name__ == "TwiceDrawnSampler"
+    assert exemplars(ours) == [7462, 6610, 4769, 286, 5501]
+    stock = scorer_for("gsm8k", DATA)
+    stock.task.sampler = samplers.ContextSampler(list(stock.task.fewshot_docs()), rnd=1234)
+    assert exemplars(stock) == [6374, 3610, 957, 61, 742]
 
 
 # --- thinking removal (RemoveThinkingToken) ------------------------------------------------------------

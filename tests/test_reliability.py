@@ -17,7 +17,7 @@ from cactus_bench.app import run as run_mod
 from cactus_bench.app.config import ConfigError, validate
 from cactus_bench.app.lock import LockHeld, RunLock
 from cactus_bench.app.store import RunStore, StoreError, read_samples, run_dir
-from cactus_bench.report import load_spec, render_table
+from cactus_bench.report import load_runs, load_spec, render_table
 
 from .helpers.cli import run_main
 from .helpers.configs import cfg_of
@@ -164,6 +164,30 @@ def test_chaos_every_item_once(small_pair_dir, tmp_path):
     summary = run_mod.run(cfg)
     indices = [s["index"] for s in read_samples(folder)]
     assert sorted(indices) == [0, 1, 2, 3] and len(indices) == 4 and summary["samples"] == 4
+    # a SIGTERM while a larger run goes on, a rerun with a smaller limit, an unreadable neighbour
+    bigger = cfg_of(*TINY, "limit=6", results=tmp_path, pair_dir=small_pair_dir)
+
+    def terminated(self, decoder, items):
+        yield from ()
+        raise run_mod.Terminated("SIGTERM")
+
+    TaskBenchmark.decode = terminated
+    try:
+        with pytest.raises(run_mod.Terminated):
+            run_mod.run(bigger)
+    finally:
+        TaskBenchmark.decode = real
+    assert not (folder / ".lock").exists()
+    assert json.loads((folder / "summary.json").read_text())["samples"] == 4
+    assert run_mod.run(cfg_of(*TINY, "limit=2", results=tmp_path, pair_dir=small_pair_dir))["samples"] == 2
+    assert json.loads((folder / "summary.json").read_text())["samples"] == 4  # never shrinks
+    neighbour = folder.parent / "neighbour"
+    neighbour.mkdir()
+    (neighbour / "summary.json").write_text("{")
+    (neighbour / "config.yaml").write_text("{")
+    assert run_mod.run(bigger)["samples"] == 6
+    runs = load_runs(tmp_path)
+    assert len(runs) == 1 and sorted(s["index"] for s in runs[0].samples) == list(range(6))
 
 
 # --- values that must not slip through ------------------------------------------------------------------

@@ -1,7 +1,5 @@
 """One run split into shards: the same samples as unsharded, merged only when every item is present once."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest

@@ -1,18 +1,29 @@
-"""One writer per run folder: an exclusive lock file naming its holder.
+"""One writer per run folder: an exclusive lock file naming its holder, with a heartbeat.
 
-The lock is a file created with O_EXCL holding the holder's host and pid. A second process fails at once
-with a message naming the holder. A lock left by a process that died on this same host is taken over (a
-rename decides which of two would-be takers wins); a lock from another host is never taken over, since its
-process cannot be checked from here: the message says how to remove it.
+The lock is a file created with O_EXCL holding the holder's host and pid; while held, a thread touches it
+every HEARTBEAT_S seconds. A second process fails at once with a message naming the holder. A lock is
+taken over (a rename decides which of two would-be takers wins, and one line says so) when its holder is
+gone: on this host, a dead pid (a requeued job on the same node has a new pid); from another host, whose
+process cannot be checked from here, a heartbeat older than `CACTUS_BENCH_LOCK_STALE_S` (default 300 s):
+a job pre-empted on one node and requeued on another.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
+import threading
 import time
 from pathlib import Path
+
+HEARTBEAT_S = 30.0
+log = logging.getLogger("cactus_bench")
+
+
+def stale_after() -> float:
+    return float(os.environ.get("CACTUS_BENCH_LOCK_STALE_S", "300"))
 
 
 class LockHeld(RuntimeError):
@@ -33,6 +44,7 @@ class RunLock:
     def __init__(self, path: Path | str):
         self.path = Path(path)
         self.held = False
+        self._beating: threading.Event | None = None
 
     def _create(self) -> bool:
         try:
@@ -52,11 +64,10 @@ class RunLock:
 
     def acquire(self) -> RunLock:
         if self._create():
-            self.held = True
-            return self
+            return self._held()
         holder = self.holder()
-        here = socket.gethostname()
-        if holder.get("host") == here and isinstance(holder.get("pid"), int) and not _alive(holder["pid"]):
+        gone = self._gone(holder)
+        if gone:
             stale = self.path.with_name(f"{self.path.name}.stale-{os.getpid()}")
             try:
                 os.rename(self.path, stale)  # only one taker's rename succeeds
@@ -64,16 +75,46 @@ class RunLock:
             except FileNotFoundError:
                 pass
             if self._create():
-                self.held = True
-                return self
+                log.warning("taking over the lock of %s: %s", self.path.parent, gone)
+                return self._held()
             holder = self.holder()
         who = f"pid {holder.get('pid', '?')} on {holder.get('host', '?')} (since {holder.get('since', '?')})"
         raise LockHeld(
-            f"{self.path.parent} is being written by {who}: one writer per run. Wait for it to finish, or if "
-            f"that process is gone (a job killed on another machine), delete {self.path} and run again."
+            f"{self.path.parent} is being written by {who}: one writer per run. Wait for it to finish; a holder "
+            f"on another machine that stops its heartbeat for {stale_after():.0f} s is taken over "
+            f"(CACTUS_BENCH_LOCK_STALE_S), or delete {self.path} if you know that process is gone."
         )
 
+    def _gone(self, holder: dict) -> str | None:
+        """Why the holder no longer holds the lock, or None while it may."""
+        pid = holder.get("pid")
+        if holder.get("host") == socket.gethostname():
+            return f"pid {pid} on this host has ended" if isinstance(pid, int) and not _alive(pid) else None
+        try:
+            silent = time.time() - self.path.stat().st_mtime
+        except FileNotFoundError:
+            return "its lock file is gone"
+        if silent > stale_after():
+            return f"pid {pid} on {holder.get('host', '?')} has sent no heartbeat for {silent:.0f} s"
+        return None
+
+    def _held(self) -> RunLock:
+        self.held = True
+        self._beating = threading.Event()
+        threading.Thread(target=self._beat, args=(self._beating,), daemon=True).start()
+        return self
+
+    def _beat(self, stop: threading.Event) -> None:
+        while not stop.wait(HEARTBEAT_S):
+            try:
+                os.utime(self.path)
+            except OSError:
+                return
+
     def release(self) -> None:
+        if self._beating is not None:
+            self._beating.set()
+            self._beating = None
         if self.held:
             try:
                 if self.holder().get("pid") == os.getpid():

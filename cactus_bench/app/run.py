@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
+import threading
 from dataclasses import replace
 
 import torch
@@ -59,8 +62,34 @@ def get_pair(cfg: DictConfig) -> Pair:
     return _PAIRS[key]
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what `scancel` and pre-emption send), handled like Ctrl-C: the sample in flight is dropped,
+    the lock released, the run marked interrupted."""
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    if threading.current_thread() is not threading.main_thread():  # signal handlers live in the main thread
+        yield
+        return
+
+    def terminated(signum, frame):
+        raise Terminated("SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run(cfg: DictConfig, method: Method | None = None) -> dict:
     """Run (or resume) the configured run; returns its summary. `method`: the config's, already validated."""
+    with sigterm_as_interrupt():
+        return _run(cfg, method)
+
+
+def _run(cfg: DictConfig, method: Method | None) -> dict:
     method = method or validate(cfg)  # before anything expensive
     bench = make_benchmark(cfg.data)  # data errors surface before models load
     if cfg.threads is not None and not str(cfg.pair.device).startswith("cuda"):
@@ -94,6 +123,7 @@ def run(cfg: DictConfig, method: Method | None = None) -> dict:
             here = timing.conditions(device, settings.batch_size)
             paired = timing.split_timing(record)
             record["conditions"] = here
+            record["data"] = cfg.data.label  # self-describing: re-scoring checks it
             store.append(record)
             if paired is not None:
                 store.append_timing(timing.timing_record(record["index"], paired, here))
@@ -111,7 +141,8 @@ def run(cfg: DictConfig, method: Method | None = None) -> dict:
         tracker.finish(summary, store.samples())
         return summary
     except BaseException:
-        store.finish("interrupted")
+        with contextlib.suppress(StoreError):  # an unwritable folder must not hide the first error
+            store.finish("interrupted")
         tracker.finish(None, [])
         raise
 
@@ -152,8 +183,9 @@ def shard_items(items: list, shard: tuple[int, int] | None) -> list:
 
 def merge(cfg: DictConfig, method: Method, bench: Benchmark, store: RunStore, wanted: list) -> dict:
     """The run's summary over every shard's samples. Written (with the benchmark's files) only when every
-    wanted item is present exactly once; otherwise the missing shards are named and the run stays
-    incomplete. A duplicated item (two writers of one shard) is refused."""
+    wanted item is present exactly once, and never over a stored summary of more items (a rerun with a
+    smaller limit reads a subset: it is returned, not written); otherwise the missing shards are named and
+    the run stays incomplete. A duplicated item (two writers of one shard) is refused."""
     dup = duplicated_items(store.folder)
     if dup:
         item, files = next(iter(dup.items()))
@@ -172,6 +204,16 @@ def merge(cfg: DictConfig, method: Method, bench: Benchmark, store: RunStore, wa
         names = ", ".join(f"shard={i}/{n}" for i in shards) if store.shard else "this run"
         log.warning("run %s is incomplete: %d of %d items missing (%s)", store.folder, len(missing), len(wanted), names)
         summary["missing_shards"] = [f"{i}/{n}" for i in shards] if store.shard else []
+        return summary
+    stored = store.stored_summary()
+    if stored is not None and stored.get("samples", 0) > len(samples):
+        log.info(
+            "summary of %d items (limit=%s) returned, not written: %s keeps its summary of %d items",
+            len(samples),
+            cfg.limit,
+            store.folder,
+            stored["samples"],
+        )
         return summary
     store.write_summary(summary)
     for name, text in bench.artifacts(samples).items():

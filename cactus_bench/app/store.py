@@ -69,27 +69,39 @@ def read_timings(folder: Path) -> dict:
 
 
 def read_samples_file(path: Path, repair: bool = False) -> list[dict]:
-    """The finished samples in one file. A partial last line (a crash mid-write) is skipped, and with
-    `repair` cut from the file (only its writer may do that); a bad line elsewhere is a StoreError."""
+    """The finished samples in one file. A last line cut short by a crash is skipped, and with `repair` cut
+    from the file (only its writer may do that); a last line that lacks only its newline is a sample (with
+    `repair` its newline is added). A bad line elsewhere (not JSON, not UTF-8, no `index`) is a StoreError
+    naming the file and line."""
     if not path.exists():
         return []
     raw = path.read_bytes()
-    complete, _, partial = raw.rpartition(b"\n")
-    if partial and repair:
-        write_text_atomic(path, (complete + b"\n").decode() if complete else "")
-    out = []
-    for n, line in enumerate(complete.decode().splitlines(), 1):
-        if not line.strip():
-            continue
+    lines = raw.split(b"\n")
+    last = lines.pop()  # b"" when the file ends with a newline
+    out = [_sample(path, n, line) for n, line in enumerate(lines, 1) if line.strip()]
+    if last.strip():
         try:
-            out.append(json.loads(line))
-        except ValueError as e:
-            raise StoreError(
-                f"{path}, line {n}, is not a valid sample ({e.msg}). The other samples are intact: delete that "
-                f"line (`sed -i '{n}d' {path}`) and run the same command again; the run resumes and decodes "
-                "that item anew."
-            ) from None
+            out.append(_sample(path, len(lines) + 1, last))
+            if repair:
+                _append_bytes(path, b"\n")
+        except StoreError:
+            if repair:
+                write_text_atomic(path, b"".join(line + b"\n" for line in lines).decode())
     return out
+
+
+def _sample(path: Path, n: int, line: bytes) -> dict:
+    try:
+        record = json.loads(line.decode("utf-8"))
+        if not isinstance(record, dict) or "index" not in record:
+            raise ValueError("a JSON object with an `index` is expected")
+        return record
+    except ValueError as e:
+        why = getattr(e, "msg", None) or str(e)
+        raise StoreError(
+            f"{path}, line {n}, is not a valid sample ({why}). The other samples are intact: delete that line "
+            f"(`sed -i '{n}d' {path}`) and run the same command again; the run resumes and decodes that item anew."
+        ) from None
 
 
 def read_samples(folder: Path) -> list[dict]:
@@ -126,11 +138,27 @@ def duplicated_items(folder: Path) -> dict:
 
 
 def _append_line(path: Path, record: dict) -> None:
-    line = json.dumps(record, default=str) + "\n"
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(line)
-        f.flush()
-        os.fsync(f.fileno())
+    _append_bytes(path, (json.dumps(record, default=str) + "\n").encode())
+
+
+def _append_bytes(path: Path, data: bytes) -> None:
+    """Append and fsync; a full disk or a read-only folder is a StoreError naming the file (what is there
+    already is intact)."""
+    try:
+        with open(path, "ab") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        raise StoreError(unwritable(path, e)) from None
+
+
+def unwritable(path: Path, e: OSError) -> str:
+    return (
+        f"cannot write {path} ({e.strerror}). The samples written so far are intact. Free space or fix the "
+        "folder's permissions (or move the results: paths.results=... / CACTUS_BENCH_RESULTS) and run the same "
+        "command again to resume."
+    )
 
 
 class RunStore:
@@ -147,11 +175,14 @@ class RunStore:
     def open(cls, cfg: DictConfig) -> RunStore:
         """Take the run's (or shard's) lock, then record the config and a manifest entry."""
         store = cls(run_dir(cfg), parse_shard(cfg.get("shard")))
-        store.folder.mkdir(parents=True, exist_ok=True)
-        store.lock.acquire()
+        try:  # before any model loads: a folder that cannot be written fails now
+            store.folder.mkdir(parents=True, exist_ok=True)
+            store.lock.acquire()
+        except OSError as e:
+            raise StoreError(unwritable(store.folder, e)) from None
         try:
             store._check_sharding()
-            write_text_atomic(store.folder / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+            store._write(store.folder / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
             manifest = store.manifest()
             now = time.strftime("%Y-%m-%dT%H:%M:%S%z")
             ident = RunIdentity.of(cfg)
@@ -195,10 +226,24 @@ class RunStore:
             )
 
     def manifest(self) -> dict:
-        return json.loads(self.manifest_path.read_text()) if self.manifest_path.exists() else {}
+        if not self.manifest_path.exists():
+            return {}
+        try:
+            return json.loads(self.manifest_path.read_text())
+        except ValueError as e:
+            raise StoreError(
+                f"{self.manifest_path} is not valid JSON ({e}): it was cut short. The samples are intact: delete "
+                "it and run the same command again (a new manifest is written)."
+            ) from None
 
     def write_manifest(self, manifest: dict) -> None:
-        write_text_atomic(self.manifest_path, json.dumps(manifest, indent=1, default=str))
+        self._write(self.manifest_path, json.dumps(manifest, indent=1, default=str))
+
+    def _write(self, path: Path, text: str) -> None:
+        try:
+            write_text_atomic(path, text)
+        except OSError as e:
+            raise StoreError(unwritable(path, e)) from None
 
     def finish(self, status: str = "complete") -> None:
         """Record how this process ended and release the lock."""
@@ -228,8 +273,17 @@ class RunStore:
         """One item's paired timing (`index`, `stats` with the paired_* fields, `conditions`)."""
         _append_line(self.timing_path, record)
 
+    def stored_summary(self) -> dict | None:
+        path = self.folder / "summary.json"
+        if not path.exists():
+            return None
+        try:
+            return json.loads(path.read_text())
+        except ValueError:
+            return None  # unreadable: the one being written replaces it
+
     def write_summary(self, summary: dict) -> None:
-        write_text_atomic(self.folder / "summary.json", json.dumps(summary, indent=1, default=str))
+        self._write(self.folder / "summary.json", json.dumps(summary, indent=1, default=str))
 
     def write_artifact(self, name: str, text: str) -> None:
-        write_text_atomic(self.folder / name, text)
+        self._write(self.folder / name, text)

@@ -52,11 +52,13 @@ Cells = dict[str | None, dict[str, Any]]  # table group (None: the dataset itsel
 class Kind:
     """A kind of benchmark. `make(data)` builds one (importing its adapters only then); `cells(run, sps, ar)`
     gives what a table shows for a stored run against its reference runs (SpS, the verifier alone; either
-    may be None), by group; `figures` names the report's figure families drawn from such runs;
-    `labels` renames metrics where the kind defines them its own way."""
+    may be None), by group; `summary(samples, data)` recomputes a run's summary over some of its samples
+    (a table over the items every run shares) without lm-eval; `figures` names the report's figure
+    families drawn from such runs; `labels` renames metrics where the kind defines them its own way."""
 
     make: Callable[[Any], Benchmark]
     cells: Callable[[Any, Any, Any], Cells]
+    summary: Callable[[list[dict], dict], dict]
     figures: tuple[str, ...]
     labels: dict[str, str]
 
@@ -78,6 +80,7 @@ def task_cells(run, sps, ar) -> Cells:
         if m.sampled:
             out.update({f"{m.name}_ci": s.get(f"{m.name}_ci"), f"{m.name}_n": s.get(f"{m.name}_n")})
     out["score_stderr"] = s.get("score_stderr")
+    out["n"] = s.get("samples")
     if run.is_baseline:
         out.update(accepted_length=None, tau=1.0)
         return {None: out}
@@ -88,6 +91,21 @@ def task_cells(run, sps, ar) -> Cells:
         if m.timed:
             out[f"{m.name}_caveat"] = metrics.timing_caveat(m, run.samples, refs.get(m.reference))
     return {None: out}
+
+
+def task_summary(samples: list[dict], data: dict) -> dict:
+    """Decode metrics and the headline score over these samples: the primary metric is a mean (exact match,
+    prompt-level accuracy), so its value and standard error are lm-eval's (sample deviation / sqrt n)."""
+    key = data["primary_metric"]
+    values = [s["scores"][key] for s in samples if key in s.get("scores", {})]
+    n = len(values)
+    mean = sum(values) / n if n else None
+    stderr = (sum((v - mean) ** 2 for v in values) / (n - 1) / n) ** 0.5 if n > 1 else None
+    return {
+        **metrics.decode_metrics(samples),
+        "score": None if mean is None else 100 * mean,
+        "score_stderr": None if stderr is None else 100 * stderr,
+    }
 
 
 def _specbench(data) -> Benchmark:
@@ -101,16 +119,29 @@ def specbench_cells(run, sps, ar) -> Cells:
     from .specbench import speed_metrics
 
     table = speed_metrics(run.samples, ar.samples if ar is not None else None)
-    if run.is_baseline:
-        for values in table.values():
+    for values in table.values():
+        values["n"] = values["questions"]
+        if run.is_baseline:
             values["speedup"] = 1.0
     return table
 
 
-KINDS.add("task", Kind(_task, task_cells, ("tradeoff", "delta_grid", "speedup"), {}))
+def specbench_summary(samples: list[dict], data: dict) -> dict:
+    from .specbench import speed_metrics
+
+    return {**metrics.decode_metrics(samples), "specbench": speed_metrics(samples, None)}
+
+
+KINDS.add("task", Kind(_task, task_cells, task_summary, ("tradeoff", "delta_grid", "speedup"), {}))
 KINDS.add(
     "specbench",
-    Kind(_specbench, specbench_cells, ("specbench_speedup",), {"speedup": "speedup (ratio of mean speeds)"}),
+    Kind(
+        _specbench,
+        specbench_cells,
+        specbench_summary,
+        ("specbench_speedup",),
+        {"speedup": "speedup (ratio of mean speeds)"},
+    ),
 )
 
 

@@ -1,8 +1,9 @@
 """Sampling warpers shared by both models (methods.md §2): temperature, then top-k, then top-p, in float32.
 
-Semantics match transformers' TemperatureLogitsWarper / TopKLogitsWarper / TopPLogitsWarper (ties at the
-k-th logit kept; top-p keeps the smallest head of mass ≥ top_p, at least one token), so our loop and HF
-`generate` sample from the same distributions. Temperature 0 means greedy: a one-hot on the argmax.
+Semantics match transformers' TemperatureLogitsWarper / TopKLogitsWarper / TopPLogitsWarper and vLLM's
+sampler (every logit tied with the k-th kept, then top-p over what is left: the smallest head of mass
+≥ top_p, at least one token), so our loop, HF `generate` and vLLM sample from the same distributions.
+Temperature 0 means greedy: a one-hot on the argmax.
 """
 
 from __future__ import annotations
@@ -38,32 +39,19 @@ class Warper:
             return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
         logits = logits / self.temperature
         if self.top_k and self.top_k < logits.shape[-1]:
-            # Top-k first: top-p then only needs the k survivors, already sorted.
-            vals, idx = torch.topk(logits, self.top_k, dim=-1)
-            kth = vals[..., -1:]
-            if self.top_p < 1.0:
-                vals = _top_p_sorted_desc(vals, self.top_p)
-            out = torch.full_like(logits, float("-inf"))
-            out.scatter_(-1, idx, vals)
-            # Ties with the k-th logit outside topk's pick are kept, as in HF (`logits < kth` removed).
-            ties = (logits == kth) & torch.isinf(out)
-            if self.top_p >= 1.0:
-                out = torch.where(ties, logits, out)
-            return torch.softmax(out, -1)
-        if self.top_p < 1.0:
-            vals, idx = torch.sort(logits, dim=-1, descending=True)
-            out = torch.empty_like(logits).scatter_(-1, idx, _top_p_sorted_desc(vals, self.top_p))
-            return torch.softmax(out, -1)
+            # Every logit tied with the k-th stays (HF's `logits < kth` removed, vLLM alike): bf16 ties often.
+            kth = torch.topk(logits, self.top_k, dim=-1).values[..., -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        if self.top_p < 1.0:  # over what top-k kept, ties included
+            logits = _top_p(logits, self.top_p)
         return torch.softmax(logits, -1)
 
 
-def _top_p_sorted_desc(vals: Tensor, top_p: float) -> Tensor:
-    """Mask (to -inf) the tail of descending-sorted logits outside the top-p nucleus.
-
-    HF's rule on the ascending order: drop tokens whose cumulative mass is <= 1 - top_p, keep >= 1 token.
-    """
-    asc = torch.flip(vals, dims=[-1])
-    cum = torch.softmax(asc, -1).cumsum(-1)
-    drop = cum <= (1 - top_p)
+def _top_p(logits: Tensor, top_p: float) -> Tensor:
+    """Mask (to -inf) the logits outside the top-p nucleus, as transformers and vLLM do it: sort ascending,
+    drop tokens whose cumulative mass is <= 1 - top_p, keep at least one (the same sort, so tied logits at
+    the nucleus's edge are split the same way)."""
+    asc, idx = torch.sort(logits, dim=-1, descending=False)
+    drop = torch.softmax(asc, -1).cumsum(-1) <= (1 - top_p)
     drop[..., -1] = False
-    return torch.flip(asc.masked_fill(drop, float("-inf")), dims=[-1])
+    return logits.masked_fill(drop.scatter(-1, idx, drop), float("-inf"))

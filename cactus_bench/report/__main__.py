@@ -40,7 +40,8 @@ def main(argv=None):
         except AmbiguousRuns as e:
             raise SystemExit(f"error: {e}") from None
         print(md)
-        print(f"written: {path.with_suffix('')}.{{csv,md,tex}}")
+        if path is not None:
+            print(f"written: {path.with_suffix('')}.{{csv,md,tex}}")
     else:
         specs = [
             load_spec(p, {"pair": args.pair})

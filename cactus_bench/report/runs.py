@@ -57,6 +57,14 @@ class Run:
     def pair_name(self) -> str:
         return self.identity.pair_name
 
+    def restricted(self, ids: set) -> Run:
+        """This run over just these items (`id`s): samples and a summary recomputed from them."""
+        samples = [s for s in self.samples if s["id"] in ids]
+        if len(samples) == len(self.samples):
+            return self
+        summary = {**self.summary, **self.kind.summary(samples, self.config["data"])}
+        return Run(self.folder, self.config, summary, samples)
+
 
 class AmbiguousRuns(ValueError):
     """Two stored runs have the same identity (a copied folder): a table cannot choose between them."""

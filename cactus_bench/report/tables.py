@@ -59,15 +59,25 @@ def build_table(spec: dict, runs: list[Run], overrides: list[str] = ()) -> tuple
             notes.append(f"{data}: no SpS run (pair {spec['pair']}, m={spec['m']}): Rej not computed")
         if refs["baseline"] is None:
             notes.append(f"{data}: no verifier-alone ({BASELINE}) run: speedup not computed")
+        found = {
+            row["label"]: find(runs, RunIdentity.of(compose_cell(spec, row, data, overrides))) for row in spec["rows"]
+        }
+        present = [r for r in [*found.values(), *refs.values()] if r is not None]
+        if present:  # one item set for every cell of this dataset: the items all its runs share
+            shared = set.intersection(*({s["id"] for s in r.samples} for r in present))
+            if any(len(r.samples) != len(shared) for r in present):
+                notes.append(f"{data}: every cell is computed on the {len(shared)} items all its runs share")
+            found = {k: r.restricted(shared) if r is not None else None for k, r in found.items()}
+            refs = {k: r.restricted(shared) if r is not None else None for k, r in refs.items()}
         for row in spec["rows"]:
-            run = find(runs, RunIdentity.of(compose_cell(spec, row, data, overrides)))
+            run = found[row["label"]]
             if run is None:
                 notes.append(f"{data}: no run for {row['label']}")
                 groups = {c: {} for c in _paper_groups(paper, row)} or {None: {}}
             else:
                 groups = kind.cells(run, refs["sps"], refs["baseline"])
             for group, values in groups.items():
-                for col in spec["columns"]:
+                for col in [*spec["columns"], "n"]:
                     ours, mark = values.get(col), ""
                     caveat = values.get(f"{col}_caveat")
                     if caveat is not None:
@@ -83,7 +93,7 @@ def build_table(spec: dict, runs: list[Run], overrides: list[str] = ()) -> tuple
                             "ours": ours,
                             "stderr": values.get("score_stderr") if col == "score" else None,
                             "ci": values.get(f"{col}_ci") if ours is not None else None,
-                            "n": values.get(f"{col}_n"),
+                            "n": values.get(f"{col}_n") if col != "n" else None,
                             "mark": mark,
                             **_paper_cell(paper, spec, data, row, col, group),
                         }
@@ -153,8 +163,11 @@ def wide(df: pd.DataFrame) -> pd.DataFrame:
     return df.pivot(index="label", columns="column", values="cell").reindex(order)[list(dict.fromkeys(df["column"]))]
 
 
-def render_table(spec: dict, runs: list[Run], out_dir: Path | str, overrides: list[str] = ()) -> tuple[str, Path]:
-    """The table as Markdown, and written as CSV, Markdown and LaTeX under `out_dir` (never an empty one)."""
+def render_table(
+    spec: dict, runs: list[Run], out_dir: Path | str, overrides: list[str] = ()
+) -> tuple[str, Path | None]:
+    """The table as Markdown, and written as CSV, Markdown and LaTeX under `out_dir`: the path written, or
+    None when no stored run matched (an empty table never replaces a file)."""
     df, notes = build_table(spec, runs, overrides)
     out = Path(out_dir)
     base = out / spec["name"]
@@ -168,7 +181,7 @@ def render_table(spec: dict, runs: list[Run], out_dir: Path | str, overrides: li
         md += "\n" + "\n".join(f"- {n}" for n in notes) + "\n"
     if df["ours"].isna().all():  # no stored run matched any cell: never replace a file with an empty table
         log.warning("no stored run matches %s: table printed, nothing written", spec["name"])
-        return md, base.with_suffix(".md")
+        return md, None
     out.mkdir(parents=True, exist_ok=True)
     df.to_csv(base.with_suffix(".csv"), index=False)
     write_text_atomic(base.with_suffix(".md"), md)

@@ -10,6 +10,8 @@ import os
 import random
 from pathlib import Path
 
+from lm_eval.api import samplers
+
 from cactus_bench.benchmarks import data
 
 
@@ -48,3 +50,14 @@ def ifeval_process_results(doc, results):
 
 def agg_inst_level_acc(items):
     return _ifeval_utils().agg_inst_level_acc(items)
+
+
+class TwiceDrawnSampler(samplers.ContextSampler):
+    """The authors' few-shot draws. Their pinned lm-eval (e4a7b69) builds a single-turn chat prompt with
+    `get_chat_context`, which draws the exemplars once and throws them away, then calls `get_context`, which
+    draws again and uses those: document k shows the second of two draws from the seeded generator per
+    document. lm-eval 0.4.13 draws once; this sampler consumes the same draws as theirs."""
+
+    def sample(self, n, eval_doc=None, df=None, **kwargs):
+        super().sample(n, eval_doc, df, **kwargs)  # get_chat_context's draw, unused
+        return super().sample(n, eval_doc, df, **kwargs)

@@ -87,8 +87,16 @@ class HFDecoder:
                 Job(list(ids), req.max_new_tokens or s.max_new_tokens, generator, _stop_test(tok, req.stop), req)
             )
         for job, out in self.engine.run(jobs):
-            raw = tok.decode(out.tokens, skip_special_tokens=True) if tok is not None else ""
+            raw = reply_text(tok, out) if tok is not None else ""
             yield Generation(job.handle, out, cut_at_stop(raw, job.handle.stop), raw)
+
+
+def reply_text(tok, out) -> str:
+    """The reply as the authors' harness sees it: special tokens kept (their lm-eval decodes with
+    skip_special_tokens=False), the final EOS left out (vLLM does not put the stop token's text in its
+    output)."""
+    ids = out.tokens[:-1] if out.stop_reason == "eos" else out.tokens
+    return tok.decode(ids, skip_special_tokens=False)
 
 
 def _stop_test(tok, stops: Sequence[str]):

@@ -1,0 +1,71 @@
+"""Scoring speed: seconds per GPQA reply (lm-eval's extraction chains, the authors' thinking filter), for long
+thinking-mode replies (about 4,000 tokens), with the harness's fixes and with lm-eval's stock helpers in the
+same run (the stock rebuilds its punctuation table on every call).
+
+    python scripts/bench_scoring.py [--small] [--out results/bench/scoring]
+"""
+
+import argparse
+import builtins
+import random
+import statistics
+import time
+
+from cactus_bench.bench.timing import write_results
+from cactus_bench.benchmarks import filters
+from cactus_bench.score import scorer_for
+
+
+def replies(scorer, n: int, words: int) -> list[tuple[int, str]]:
+    rng = random.Random(0)
+    vocab = "so the reaction proceeds through an intermediate where the charge sits on oxygen and then".split()
+    out = []
+    for prompt in scorer.prompts(n):
+        body = " ".join(rng.choice(vocab) for _ in range(words))
+        out.append((prompt.index, f"<think>{body}</think>\n\nThe answer is {prompt.doc['answer']}"))
+    return out
+
+
+def per_reply(scorer, todo) -> list[float]:
+    times = []
+    for index, text in todo:
+        t = time.perf_counter()
+        scorer.score(index, text)
+        times.append(time.perf_counter() - t)
+    return times
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--replies", type=int, default=20)
+    ap.add_argument("--words", type=int, default=3000)
+    ap.add_argument("--small", action="store_true", help="3 replies")
+    ap.add_argument("--out", default="results/bench/scoring")
+    args = ap.parse_args()
+    if args.small:
+        args.replies = 3
+    scorer = scorer_for("gpqa")
+    todo = replies(scorer, args.replies, args.words)
+    fixed = per_reply(scorer, todo)
+    filters.extraction.range = builtins.range  # lm-eval's stock helper, for the comparison
+    try:
+        stock = per_reply(scorer, todo)
+    finally:
+        filters.extraction.range = filters._range
+    lines = [
+        f"# Scoring speed: GPQA, {len(todo)} replies of ~{args.words} words with thinking",
+        "",
+        "| helpers | median s/reply | max s/reply |",
+        "|---|---|---|",
+        f"| ours (table built once) | {statistics.median(fixed):.4f} | {max(fixed):.4f} |",
+        f"| lm-eval 0.4.13 stock (table per call) | {statistics.median(stock):.4f} | {max(stock):.4f} |",
+    ]
+    print("\n".join(lines))
+    data = {"ours_s": fixed, "stock_s": stock, "args": vars(args)}
+    write_results(
+        args.out, "\n".join(lines), data, "python scripts/bench_scoring.py" + (" --small" if args.small else "")
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,312 @@
+"""No silent wrong numbers (issue: item-set integrity, pre-emption-safe runs): a summary never shrinks, every
+table cell is computed on one stated item set, an unreadable neighbour is skipped, timings cover what they
+claim; SIGTERM, lost heartbeats, full disks and bad lines end in one paragraph with the store intact."""
+
+import errno
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cactus_bench.app import run as run_mod
+from cactus_bench.app.lock import LockHeld, RunLock
+from cactus_bench.app.store import RunStore, StoreError, read_samples, read_samples_file, run_dir
+from cactus_bench.benchmarks.data import DataError
+from cactus_bench.report import load_runs, load_spec, render_table
+
+from .helpers.cli import run_main
+from .helpers.configs import cfg_of, pair_overrides
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ("pair=tiny", "data=arith", "m=2", "max_gen_toks=8", "progress=false")
+
+
+def demo_spec(**over):
+    return load_spec(ROOT / "sweeps" / "demo.yaml", {"m": 2, "max_gen_toks": 8, "limit": 6, **over})
+
+
+def run_cell(method, *extra, results, pair_dir, limit=6):
+    return run_mod.run(cfg_of(*TINY, f"method={method}", f"limit={limit}", *extra, results=results, pair_dir=pair_dir))
+
+
+# --- wrong numbers, silently -------------------------------------------------------------------------------
+
+
+def test_a_smaller_limit_never_shrinks_the_summary_and_tables_state_their_items(small_pair_dir, tmp_path):
+    """Rerunning a finished 6-item run with limit=2 reads 2 items without touching its summary; a table
+    over runs of different sizes computes every cell, Rej included, on the items they share, and says n."""
+    for method in ("ar", "sps"):
+        run_cell(method, results=tmp_path, pair_dir=small_pair_dir)
+    folder = run_dir(cfg_of(*TINY, "method=sps", "limit=6", results=tmp_path, pair_dir=small_pair_dir))
+    before = (folder / "summary.json").read_text()
+    small = run_cell("sps", results=tmp_path, pair_dir=small_pair_dir, limit=2)
+    assert small["samples"] == 2 and (folder / "summary.json").read_text() == before
+    run_cell("tas", results=tmp_path, pair_dir=small_pair_dir, limit=4)  # a run of fewer items beside them
+    spec = demo_spec()
+    md, _ = render_table(spec, load_runs(tmp_path), tmp_path / "t", pair_overrides(small_pair_dir))
+    rows = {line.split("|")[1].strip(): line for line in md.splitlines() if line.startswith("| ")}
+    assert rows["SpS"].rstrip(" |").endswith("4") and rows["TAS"].rstrip(" |").endswith("4")
+    assert "every cell is computed on the 4 items all its runs share" in md
+
+
+def test_paired_timing_added_on_resume_times_every_item(small_pair_dir, tmp_path):
+    """limit=2 untimed, then limit=4 with paired_timing: the paired speedup covers all 4 items, not 2."""
+    run_cell("sps", results=tmp_path, pair_dir=small_pair_dir, limit=2)
+    summary = run_cell("sps", "paired_timing=true", results=tmp_path, pair_dir=small_pair_dir, limit=4)
+    assert summary["paired_speedup_n"] == 4
+    again = run_cell("sps", "paired_timing=true", results=tmp_path, pair_dir=small_pair_dir, limit=4)
+    folder = run_dir(cfg_of(*TINY, "method=sps", results=tmp_path, pair_dir=small_pair_dir))
+    assert again["paired_speedup_n"] == 4 and len((folder / "timing.jsonl").read_text().splitlines()) == 4
+
+
+def test_a_batched_run_times_its_sample_and_withholds_task_time(small_pair_dir, tmp_path):
+    """batch_size=4 with timing_sample=3: the paired speedup says n=3; the task-time speedup of batched
+    runs is withheld with its reason, not shown."""
+    common = ("batch_size=4", "timing_sample=3")
+    for method in ("ar", "sps"):
+        run_cell(method, *common, results=tmp_path, pair_dir=small_pair_dir)
+    spec = {**demo_spec(), "columns": ["score", "paired_speedup", "speedup"], "batch_size": 4, "timing_sample": 3}
+    md, _ = render_table(spec, load_runs(tmp_path), tmp_path / "t", pair_overrides(small_pair_dir))
+    sps = next(line for line in md.splitlines() if line.startswith("| SpS"))
+    assert "n=3" in sps and "withheld, the runs were decoded in batches" in md
+
+
+def test_an_unreadable_neighbour_is_skipped_with_one_warning(small_pair_dir, tmp_path, caplog):
+    run_cell("sps", results=tmp_path, pair_dir=small_pair_dir)
+    broken = tmp_path / "arith" / "tiny" / "broken_run"
+    shutil.copytree(next((tmp_path / "arith" / "tiny").iterdir()), broken)
+    (broken / "summary.json").write_text('{"samples": 3, "sco')  # cut short
+    other = tmp_path / "arith" / "tiny" / "no_config"
+    shutil.copytree(broken, other)
+    (other / "summary.json").write_text("{}")
+    (other / "config.yaml").write_text("method: [")
+    runs = load_runs(tmp_path)
+    assert len(runs) == 1 and caplog.text.count("skipping") == 2 and "broken_run" in caplog.text
+    md, path = render_table(demo_spec(), runs, tmp_path / "t", pair_overrides(small_pair_dir))
+    assert path is not None and "SpS" in md
+
+
+def test_replies_scored_as_another_dataset_are_refused(small_pair_dir, tmp_path):
+    """A run's samples name their dataset: copied out of the run folder, they are still refused as GSM8K."""
+    from cactus_bench.score import read_responses
+
+    run_cell("sps", results=tmp_path, pair_dir=small_pair_dir, limit=3)
+    copied = tmp_path / "replies.jsonl"
+    folder = run_dir(cfg_of(*TINY, "method=sps", results=tmp_path, pair_dir=small_pair_dir))
+    copied.write_text((folder / "samples.jsonl").read_text())
+    with pytest.raises(DataError, match="answers arith, not gsm8k: score it with data=arith"):
+        read_responses(copied, "gsm8k")
+    assert len(read_responses(copied, "arith")) == 3
+
+
+# --- pre-emption and faults ------------------------------------------------------------------------------------
+
+
+def slow_run(tmp_path, pair_dir, *extra):
+    """A CLI run that takes a while (the verifier alone on 200 GSM8K prompts), for signals."""
+    env = {**os.environ, "CACTUS_BENCH_RESULTS": str(tmp_path)}
+    args = ["pair=tiny", "data=gsm8k", "method=ar", "limit=200", "max_gen_toks=64", "progress=false"]
+    cmd = [sys.executable, "-m", "cactus_bench", *args, *pair_overrides(pair_dir), *extra]
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_samples(root: Path, pattern: str, n: int = 1, timeout: float = 120) -> Path:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for path in root.glob(pattern):
+            if len(read_samples_file(path)) >= n:
+                return path
+        time.sleep(0.05)
+    raise AssertionError("no samples appeared")
+
+
+@pytest.mark.parametrize("sig,code,name", [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGINT, 130, "Ctrl-C")])
+def test_a_signal_ends_a_run_in_one_line_with_the_store_intact(small_pair_dir, tmp_path, sig, code, name):
+    """SIGTERM (scancel, pre-emption) like Ctrl-C: the sample in flight is dropped, every stored line is
+    whole, the lock released, the run marked interrupted, one line said; the same command resumes."""
+    proc = slow_run(tmp_path, small_pair_dir)
+    samples = wait_for_samples(tmp_path / "runs", "gsm8k/tiny/ar_s0_*/samples.jsonl")
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, err[-2000:]
+    assert f"interrupted ({name})" in err and "Traceback" not in err
+    folder = samples.parent
+    assert all(line.endswith("}") for line in samples.read_text().splitlines())  # nothing torn
+    assert not (folder / ".lock").exists()
+    assert json.loads((folder / "manifest.json").read_text())["status"] == "interrupted"
+
+
+def test_a_lock_from_another_host_is_taken_over_only_after_its_heartbeat_stops(tmp_path, monkeypatch, caplog):
+    lock = tmp_path / ".lock"
+    lock.write_text(json.dumps({"host": "node-7", "pid": 4242, "since": "then"}))
+    with pytest.raises(LockHeld, match="node-7"):  # its heartbeat is fresh: a live job elsewhere
+        RunLock(lock).acquire()
+    old = time.time() - 301
+    os.utime(lock, (old, old))  # pre-empted: no heartbeat for five minutes
+    taken = RunLock(lock).acquire()
+    assert json.loads(lock.read_text())["host"] == socket.gethostname()
+    assert "taking over the lock" in caplog.text and "node-7 has sent no heartbeat" in caplog.text
+    monkeypatch.setattr("cactus_bench.app.lock.HEARTBEAT_S", 0.05)
+    taken.release()
+    beating = RunLock(lock).acquire()  # a held lock's file is touched while its writer lives
+    os.utime(lock, (old, old))
+    time.sleep(0.3)
+    assert time.time() - lock.stat().st_mtime < 5
+    beating.release()
+
+
+def test_the_lock_is_taken_before_the_models_load(small_pair_dir, tmp_path, monkeypatch):
+    cfg = cfg_of(*TINY, "method=sps", "limit=2", results=tmp_path, pair_dir=small_pair_dir)
+    holder = RunStore.open(cfg)
+    monkeypatch.setattr(run_mod, "get_pair", lambda cfg: pytest.fail("loaded the pair before the lock"))
+    with pytest.raises(LockHeld):
+        run_mod.run(cfg)
+    holder.finish("interrupted")
+
+
+def test_a_folder_that_cannot_be_written_fails_before_the_models_load(small_pair_dir, tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("")  # paths.runs under a file: nothing can be created there
+    cfg = cfg_of(*TINY, "method=sps", "limit=2", results=tmp_path / "file" / "runs", pair_dir=small_pair_dir)
+    monkeypatch.setattr(run_mod, "get_pair", lambda cfg: pytest.fail("loaded the pair first"))
+    with pytest.raises(StoreError, match="cannot write .*file/runs.*Free space or fix the folder's permissions"):
+        run_mod.run(cfg)
+
+
+def test_a_full_disk_names_the_file_and_keeps_what_was_written(small_pair_dir, tmp_path, monkeypatch):
+    cfg = cfg_of(*TINY, "method=sps", "limit=4", results=tmp_path, pair_dir=small_pair_dir)
+    from cactus_bench.app import store as store_mod
+
+    real, writes = os.fsync, []
+
+    def fsync(fd):
+        writes.append(fd)
+        if len(writes) > 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd)
+
+    monkeypatch.setattr(store_mod.os, "fsync", fsync)
+    with pytest.raises(StoreError, match=r"cannot write .*samples.jsonl \(No space left on device\)"):
+        run_mod.run(cfg)
+    monkeypatch.setattr(store_mod.os, "fsync", real)
+    assert len(read_samples(run_dir(cfg))) >= 1
+    assert run_mod.run(cfg)["samples"] == 4  # the same command resumes
+
+
+def test_a_truncated_manifest_is_named(small_pair_dir, tmp_path):
+    cfg = cfg_of(*TINY, "method=sps", "limit=1", results=tmp_path, pair_dir=small_pair_dir)
+    run_mod.run(cfg)
+    (run_dir(cfg) / "manifest.json").write_text('{"status": "compl')
+    with pytest.raises(StoreError, match="manifest.json is not valid JSON"):
+        run_mod.run(cfg)
+
+
+def test_sample_lines_a_reader_keeps_and_those_it_names(tmp_path):
+    path = tmp_path / "samples.jsonl"
+    path.write_bytes(b'{"index": 0, "id": 0}\n{"index": 1, "id": 1}')  # the last newline never written
+    assert [s["index"] for s in read_samples_file(path, repair=True)] == [0, 1]
+    assert path.read_bytes().endswith(b"}\n")  # kept, and its newline added
+    for bad, why in ((b'{"index": 0}\n\xff\xfe\n{"index": 2}\n', "utf-8"), (b'{"index": 0}\n{"id": 5}\n', "index")):
+        path.write_bytes(bad)
+        with pytest.raises(StoreError, match=f"line 2, is not a valid sample .*{why}.*sed -i '2d'"):
+            read_samples_file(path)
+
+
+# --- a calm command line --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "override,says",
+    [
+        ("detla=0.5", "detla is not a setting of a run. Did you mean delta?"),
+        ("method=cactuss", "method=cactuss is not valid (did you mean cactus?): choose one of ar, cactus"),
+        ("m=ten", "m='ten' is not valid: an integer is needed"),
+        ("limit=1.5", "limit='1.5' is not valid: an integer is needed"),
+    ],
+)
+def test_what_hydra_refuses_is_one_paragraph(override, says, tmp_path):
+    from cactus_bench.__main__ import main
+
+    out = run_main(main, override, env={"CACTUS_BENCH_RESULTS": str(tmp_path)})
+    assert out.returncode == 2 and "Traceback" not in out.stderr and "HYDRA_FULL_ERROR" not in out.stderr
+    assert says in " ".join(out.stderr.split())
+
+
+def test_a_sweep_checks_every_cell_before_running_any(tmp_path, monkeypatch):
+    from cactus_bench import sweep
+
+    monkeypatch.setattr(run_mod, "run", lambda *a, **k: pytest.fail("a cell ran before every cell was checked"))
+    out = run_main(
+        sweep.main,
+        "sweeps/lossy_tradeoff.yaml",
+        "pair=tiny",
+        "limit=3",
+        "max_gen_toks=16",
+        "data=arith",
+        env={"CACTUS_BENCH_RESULTS": str(tmp_path)},
+        prog="cactus_bench.sweep",
+    )
+    text = " ".join(out.stderr.split())
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "lossy_tradeoff, cell SpS on arith (tiny): m=20 is not valid" in text
+
+
+def test_a_multirun_files_its_launcher_files_under_the_results_folder(tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    from cactus_bench.app.schema import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", [f"paths.results={tmp_path}"], return_hydra_config=True)
+    assert str(cfg.hydra.sweep.dir).startswith(f"{tmp_path}/multirun/")
+
+
+def test_report_says_written_only_when_it_wrote(tmp_path):
+    from cactus_bench.report.__main__ import main
+
+    out = run_main(main, "table", "sweeps/table1.yaml", "--results", str(tmp_path), "--out", str(tmp_path / "t"))
+    assert out.returncode == 0 and "written:" not in out.stdout and not (tmp_path / "t").exists()
+
+
+def test_scores_are_named_after_the_whole_folder():
+    from cactus_bench.score import default_output
+
+    name = default_output(Path("results/runs/gsm8k/tiny/cactus-delta1.0_m10_s0_abc123")).name
+    assert name == "cactus-delta1.0_m10_s0_abc123.scores.json"
+
+
+# --- batched runs resume at any batch size ---------------------------------------------------------------------
+
+
+def test_a_run_killed_at_batch_16_resumes_at_batch_4_with_every_item_once(small_pair_dir, tmp_path):
+    from cactus_bench.benchmarks.task import TaskBenchmark
+
+    cfg16 = cfg_of(*TINY, "method=cactus", "limit=24", "batch_size=16", results=tmp_path, pair_dir=small_pair_dir)
+    real, seen = TaskBenchmark.decode, []
+
+    def killed(self, decoder, items):
+        for record in real(self, decoder, items):
+            if len(seen) == 9:
+                raise KeyboardInterrupt
+            seen.append(record["index"])
+            yield record
+
+    TaskBenchmark.decode = killed
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_mod.run(cfg16)
+    finally:
+        TaskBenchmark.decode = real
+    cfg4 = cfg_of(*TINY, "method=cactus", "limit=24", "batch_size=4", results=tmp_path, pair_dir=small_pair_dir)
+    assert run_dir(cfg4) == run_dir(cfg16)  # the batch size is not part of the run's identity
+    summary = run_mod.run(cfg4)
+    indices = [s["index"] for s in read_samples(run_dir(cfg4))]
+    assert sorted(indices) == list(range(24)) and summary["samples"] == 24
+    history = json.loads((run_dir(cfg4) / "manifest.json").read_text())["history"]
+    assert [h["batch_size"] for h in history] == [16, 4]  # recorded per process
