@@ -34,8 +34,11 @@ COUNTERS = (
     "accepted",
     "accepted_any",
     "rejected",
-    "kl_sum",
+    "kl_sum",  # the target's KL (stored under these names since before the output KL existed)
     "kl_count",
+    "out_kl_sum",
+    "out_kl_count",
+    "out_kl_skipped",
     "wall_time",
     "prefill_time",
     "t_draft",
@@ -175,10 +178,33 @@ def prefix_acceptance(c: dict) -> float | None:
     return _ratio(c["accepted"], c["drafted"])
 
 
-@pooled_metric("KL", cli=True)
-def realised_kl(c: dict) -> float | None:
-    """Mean over verified positions of KL(h‖q) for the target the rule verified against."""
+@pooled_metric("target KL", cli=True)
+def target_kl(c: dict) -> float | None:
+    """Mean over decided positions of KL(h‖q) for the target the rule verified against: the divergence
+    budget it spent (Cactus's δ constrains this), not what it emitted (`output_kl`)."""
     return _ratio(c["kl_sum"], c["kl_count"])
+
+
+@pooled_metric("output KL", cli=True)
+def output_kl(c: dict) -> float | None:
+    """Mean over decided positions of KL(P_out‖q), P_out the rule's exact law of the token it emits there:
+    how far what the method writes strays from the verifier (0 for SpS, and for Cactus when p = q)."""
+    return _ratio(c.get("out_kl_sum"), c.get("out_kl_count"))
+
+
+@pooled_metric("output KL skipped", "{:.0%}", tracked=False)
+def output_kl_skipped(c: dict) -> float | None:
+    """Share of decided positions left out of the output KL (supports too large to sum exactly)."""
+    skipped, counted = c.get("out_kl_skipped"), c.get("out_kl_count") or 0
+    return _ratio(skipped, (skipped or 0) + counted) if skipped else None
+
+
+RENAMED = {"realised_kl": "target_kl"}  # metrics stored under an earlier name
+
+
+def upgrade(summary: dict) -> dict:
+    """A stored summary with its metrics under today's names."""
+    return {RENAMED.get(k, k): v for k, v in summary.items()}
 
 
 @pooled_metric("rej/token")

@@ -130,7 +130,7 @@ def test_end_to_end_run_writes_a_complete_store(small_pair_dir, tmp_path):
         assert {"id", "response", "tokens", "stats", "scores", "prompt_sha256"} <= set(s)
         assert "exact_match,strict-match" in s["scores"] and len(s["prompt_sha256"]) == 64
     assert summary["samples"] == 3 and summary["score"] is not None and summary["accepted_length"] is not None
-    assert summary["realised_kl"] is not None and summary["length_stopped"] is not None
+    assert summary["target_kl"] is not None and summary["length_stopped"] is not None
     from cactus_bench.score import read_responses, score_responses
 
     rescored = score_responses("arith", read_responses(folder))  # stored raw replies, the same filters
@@ -304,7 +304,7 @@ def test_tables_and_figures_match_runs_on_their_full_identity(fixture_store, sma
     sampled = find_run(runs, compose_cell(spec, row, "arith", pair_overrides(small_pair_dir)))
     greedy_run = find_run(runs, compose_cell(spec, row, "arith", [*pair_overrides(small_pair_dir), "sampling=greedy"]))
     assert sampled.config["sampling"]["temperature"] == 0.6 and greedy_run.config["sampling"]["temperature"] == 0
-    assert greedy_run.summary["realised_kl"] == 0.0 and sampled is not greedy_run
+    assert greedy_run.summary["target_kl"] == 0.0 and sampled is not greedy_run
     made = figures(runs, tmp_path / "figs")
     fig2 = [n for n in made if n.startswith("fig2_delta_grid_arith")]
     assert len(fig2) == 1  # the sampled setting has a δ grid; the greedy one a single δ, so no grid

@@ -357,26 +357,26 @@ def test_statistics_are_consistent(pair):
     assert s["prefix_acceptance"] == pytest.approx(s["accepted"] / s["drafted"])
     assert s["acceptance_rate"] == pytest.approx(s["accepted_any"] / s["drafted"])
     assert s["acceptance_rate"] >= s["prefix_acceptance"]
-    assert s["realised_kl"] is not None and s["realised_kl"] >= 0
+    assert s["target_kl"] is not None and s["target_kl"] >= 0
     assert all(e == a + 1 for a, e in zip(out.rounds.accepted, out.rounds.emitted))  # no EOS: accepted + 1
     total = s["t_draft"] + s["t_verify"] + s["t_rule"] + s["t_other"]
     assert total <= s["wall_time"] and total > 0.5 * (s["wall_time"] - s["prefill_time"])
     ar = autoregressive_generate(pair[1], PROMPT, max_new_tokens=10, generator=torch.Generator().manual_seed(3))
-    assert ar.tau == 1.0 and ar.accepted_length == 0.0 and ar.acceptance_rate is None and ar.realised_kl is None
+    assert ar.tau == 1.0 and ar.accepted_length == 0.0 and ar.acceptance_rate is None and ar.target_kl is None
 
 
 def test_target_free_rule_reports_no_kl(pair):
     out = speculative_generate(
         *pair, PROMPT, rule="tas", m=3, max_new_tokens=10, generator=torch.Generator().manual_seed(0)
     )
-    assert out.realised_kl is None and out.summary()["realised_kl"] is None
+    assert out.target_kl is None and out.summary()["target_kl"] is None
 
 
-def test_sps_has_zero_realised_kl(pair):
+def test_sps_has_zero_target_kl(pair):
     out = speculative_generate(
         *pair, PROMPT, rule="sps", m=3, max_new_tokens=10, generator=torch.Generator().manual_seed(0)
     )
-    assert out.realised_kl == 0.0
+    assert out.target_kl == 0.0
 
 
 def decode_both(pair, rule, **kw):
@@ -473,3 +473,37 @@ def test_ties_at_the_top_k_boundary_are_kept_before_top_p():
     logits = torch.cat([torch.linspace(2, 1, 19), torch.full((3,), 0.9), torch.full((10,), 0.1)])[None]
     kept = int((Warper(0.6, 20, 0.95)(logits) > 0).sum())
     assert kept == int((hf_warp(logits, 0.6, 20, 0.95) > 0).sum()) == 19
+
+
+# --- the output KL measures what is emitted -----------------------------------------------------------
+
+
+def test_output_kl_is_what_is_emitted_not_the_target(pair):
+    """A drafter equal to the verifier: Cactus accepts every draft, so it emits the verifier's law (output KL
+    ~0) though its targets h are not q (target KL > 0: the figure that was reported as 'realised KL');
+    SpS's output KL is 0 with any drafter; a lossy rule's is positive."""
+    _, verifier = pair
+
+    def run(drafter, rule):
+        kw = {"temperature": 0.6, "top_k": 20, "top_p": 0.95, "generator": torch.Generator().manual_seed(4)}
+        return speculative_generate(drafter, verifier, PROMPT, rule=rule, m=4, max_new_tokens=60, **kw)
+
+    same = run(verifier, build_rule("cactus", delta=1.0))
+    assert same.acceptance_rate > 0.999 and same.output_kl < 1e-6 and same.target_kl > 1e-3
+    assert run(pair[0], build_rule("sps")).output_kl < 1e-9
+    assert run(pair[0], build_rule("cactus", delta=1.0)).output_kl > 1e-3
+    assert run(pair[0], build_rule("tas")).output_kl is not None  # a target-free rule still has one
+
+
+def test_without_top_k_the_output_kl_is_skipped_and_says_so(pair):
+    out = speculative_generate(
+        *pair,
+        PROMPT,
+        rule="cactus",
+        m=3,
+        max_new_tokens=20,
+        temperature=1.0,
+        generator=torch.Generator().manual_seed(0),
+    )
+    s = out.summary()
+    assert s["output_kl"] is None and s["output_kl_skipped"] == 1.0 and s["target_kl"] is not None

@@ -150,10 +150,10 @@ def test_cactus_exact_target_stays_within_budget(delta, label, p, q):
     rule = build_rule("cactus_exact", delta=delta)
     n = torch.arange(V)
     h = rule.target(p.expand(V, V), q.expand(V, V), n)
-    assert float(rule.realised_kl(p.expand(V, V), q.expand(V, V), n).max()) <= delta  # exact, by bisection
+    assert float(rule.target_kl(p.expand(V, V), q.expand(V, V), n).max()) <= delta  # exact, by bisection
     assert float(kl(h, q.expand(V, V)).max()) <= delta + 1e-12  # the full sum, up to round-off
     torch.testing.assert_close(
-        rule.realised_kl(p.expand(V, V), q.expand(V, V), n), kl(h, q.expand(V, V)), atol=1e-12, rtol=0
+        rule.target_kl(p.expand(V, V), q.expand(V, V), n), kl(h, q.expand(V, V)), atol=1e-12, rtol=0
     )
 
 
@@ -190,7 +190,7 @@ def test_readme_worked_example():
     g = float(cactus.gamma(qn))
     assert g == pytest.approx(0.66, abs=0.01)
     assert float(cactus.accept_prob(p, q, n)) == pytest.approx(0.82, abs=0.01)
-    assert float(cactus.realised_kl(p, q, n)) == pytest.approx(0.20, abs=0.02)
+    assert float(cactus.target_kl(p, q, n)) == pytest.approx(0.20, abs=0.02)
     assert float(binary_kl(torch.tensor(g, dtype=torch.float64), qn)) == pytest.approx(0.20, abs=0.02)
 
 
@@ -273,3 +273,43 @@ def test_topk_accepts_everything_when_q_has_fewer_than_k_tokens():
     torch.testing.assert_close(build_rule("topk", k=5).output_law(p, q), p, atol=1e-12, rtol=0)
     guarded = build_rule("topk", k=5, require_support=True).output_law(p, q)
     assert float(guarded[3:].sum()) == 0.0 and abs(float(guarded.sum()) - 1) < 1e-12
+
+
+# --- the output law of many positions at once, and the output KL ------------------------------------------
+
+
+@pytest.mark.parametrize("name,params", CONFIGS, ids=[f"{n}{p}" for n, p in CONFIGS])
+def test_output_laws_of_many_positions_equal_the_one_position_law(name, params):
+    rule = build_rule(name, **params)
+    ps = torch.stack([p for _, p, _ in PAIRS]).reshape(2, 4, V)
+    qs = torch.stack([q for _, _, q in PAIRS]).reshape(2, 4, V)
+    raw = {"p_raw": ps.flip(-1), "q_raw": qs.flip(-1)} if rule.needs_raw else {}
+    batched = rule.output_laws(ps, qs, **raw)
+    for i in range(2):
+        for j in range(4):
+            one = {k: v[i, j] for k, v in raw.items()}
+            torch.testing.assert_close(batched[i, j], rule.output_law(ps[i, j], qs[i, j], **one), rtol=0, atol=1e-12)
+
+
+def output_kl(rule, p, q):
+    return float(kl(rule.output_law(p, q), q))
+
+
+@pytest.mark.parametrize("label,p,q", PAIRS, ids=IDS)
+def test_output_kl_is_zero_for_sps_for_any_pair(label, p, q):
+    assert output_kl(build_rule("sps"), p, q) == pytest.approx(0.0, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    "name,params", [("cactus", {"delta": 1.0}), ("cactus_exact", {"delta": 0.5}), ("interp", {"alpha": 0.9})]
+)
+@pytest.mark.parametrize("label,p,q", PAIRS, ids=IDS)
+def test_output_kl_is_zero_when_the_drafter_is_the_verifier(name, params, label, p, q):
+    """Every draft of a drafter equal to the verifier is accepted: what is emitted follows q exactly, though
+    Cactus's target h (the budget it could spend) is not q: target KL > 0, output KL = 0."""
+    rule = build_rule(name, **params)
+    assert output_kl(rule, q, q) == pytest.approx(0.0, abs=1e-12)
+    if name.startswith("cactus") and label.startswith("random"):
+        n = torch.arange(V)
+        assert float(rule.target_kl(q.expand(V, V), q.expand(V, V), n).max()) > 0.01
+        assert output_kl(rule, p, q) > 0  # and with a drafter that differs, the output does stray

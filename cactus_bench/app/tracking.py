@@ -20,7 +20,7 @@ from ..metrics import METRICS
 from .identity import RunIdentity
 
 EXTRA_SUMMARY_KEYS = ("score_stderr", "wall_time", "samples", "complete")
-SAMPLE_KEYS = ("accepted_length", "acceptance_rate", "prefix_acceptance", "realised_kl", "tokens_per_s")
+SAMPLE_KEYS = ("accepted_length", "acceptance_rate", "prefix_acceptance", "target_kl", "output_kl", "tokens_per_s")
 
 
 def summary_keys() -> list[str]:

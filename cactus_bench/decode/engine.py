@@ -100,6 +100,8 @@ class Engine:
         self.vocab = vocab or min(sizes)  # the verifier alone must sample the same vocabulary as a pair
         self.device = device_of(verifier)
         self.eos_ids = torch.tensor(sorted(self.eos), dtype=torch.long, device=self.device)
+        # tokens gathered per position for the output KL: the union of two top-k supports (and their ties)
+        self.support = 2 if self.warp.greedy else (2 * self.warp.top_k + 16 if self.warp.top_k else None)
         self.on_round: Callable[[Engine, list[Row | None]], None] | None = None  # after each round (tests)
 
     # --- running jobs --------------------------------------------------------------------------------
@@ -218,23 +220,23 @@ class Engine:
         t_verify = clock.lap()
         raw = {"draft_raw": torch.stack(raws, 1), "target_raw": torch.softmax(v_logits.float(), -1)} if need_raw else {}
         v = self.rule.verify(p, q, d, uniforms=u[:, m:], n_drafts=n_drafts, check=False, return_kl=True, **raw)
-        if v.kl is not None:  # positions that saw a decision: up to the first rejection, within the draft
-            pos = torch.arange(m, device=self.device)
-            decided = (pos <= v.n_accepted.unsqueeze(-1)) & (pos < n_drafts.unsqueeze(-1))
-            kl_sum = (v.kl * decided).sum(-1).double()
-        else:
-            kl_sum = torch.zeros(len(slots), dtype=torch.float64, device=self.device)
-        verdict = torch.cat(
-            [v.emitted.double(), torch.stack([v.n_accepted, v.n_accepted_any, n_drafts], 1).double(), kl_sum[:, None]],
-            1,
-        )
+        # positions that saw a decision: up to the first rejection, within the draft
+        pos = torch.arange(m, device=self.device)
+        decided = (pos <= v.n_accepted.unsqueeze(-1)) & (pos < n_drafts.unsqueeze(-1))
+        zeros = torch.zeros(len(slots), dtype=torch.float64, device=self.device)
+        kl_sum = (v.kl * decided).sum(-1).double() if v.kl is not None else zeros
+        out_kl, fits = self._output_kl(p, q[:, :m], raw)
+        counted = decided & fits
+        out_sums = [(out_kl * counted).sum(-1), counted.sum(-1).double(), (decided & ~fits).sum(-1).double()]
+        counts = torch.stack([v.n_accepted, v.n_accepted_any, n_drafts], 1).double()
+        verdict = torch.cat([v.emitted.double(), counts, kl_sum[:, None], torch.stack(out_sums, 1)], 1)
         host = verdict.tolist()  # the round's one host sync
         t_rule = clock.lap()
         finished = []
         for b, row in enumerate(slots):
             if row is None:
                 continue
-            emitted, (n, n_any, k, kl) = host[b][: m + 1], host[b][m + 1 :]
+            emitted, (n, n_any, k, kl, out_sum, out_n, out_skipped) = host[b][: m + 1], host[b][m + 1 :]
             n, n_any, k = int(n), int(n_any), int(k)
             tokens, reason = _commit([int(t) for t in emitted[: n + 1]], self.eos, row.left)
             row.committed += tokens
@@ -253,6 +255,9 @@ class Engine:
                 t_other=0.0,
                 kl_sum=kl,
                 kl_count=min(n + 1, k),
+                out_kl_sum=out_sum,
+                out_kl_count=int(out_n),
+                out_kl_skipped=int(out_skipped),
             )
             if reason is not None:
                 finished.append((b, reason))
@@ -260,6 +265,29 @@ class Engine:
         for row in live:
             row.rounds.t_other[-1] = other
         return finished
+
+    def _output_kl(self, p: Tensor, q: Tensor, raw: dict) -> tuple[Tensor, Tensor]:
+        """KL(P_out ‖ q) at each position [B, m], where P_out is the rule's exact output law of the position
+        (the drafted token marginalised out: methods.md §2), computed on the union of the warped supports
+        of p and q; and whether that union fit the `support` tokens gathered (top-k keeps at most k tokens
+        each, ties aside). Where it did not, or when sampling has no top-k (supports up to V), the position
+        is counted as skipped rather than estimated."""
+        B, m, V = p.shape
+        if self.support is None:
+            return torch.zeros(B, m, dtype=torch.float64, device=p.device), torch.zeros(
+                B, m, dtype=torch.bool, device=p.device
+            )
+        mass = p + q
+        idx = torch.topk(mass, min(self.support, V), dim=-1).indices
+        fits = (mass > 0).sum(-1) <= idx.shape[-1]
+        ps, qs = p.gather(-1, idx), q.gather(-1, idx)
+        extra = {}
+        if self.rule.needs_raw and raw:
+            extra = {"p_raw": raw["draft_raw"].gather(-1, idx), "q_raw": raw["target_raw"][:, :m].gather(-1, idx)}
+        law = self.rule.output_laws(ps, qs, **extra)
+        qs = qs.double()
+        terms = torch.where(law > 0, law * (torch.log(law) - torch.log(qs)), torch.zeros_like(law))
+        return terms.sum(-1).clamp(min=0), fits  # KL >= 0: round-off below zero is zero
 
     def _first_eos(self, d: Tensor) -> Tensor:
         """Each row's first EOS draft index (m when there is none)."""
@@ -302,6 +330,9 @@ class Engine:
                 t_other=clock.lap(),
                 kl_sum=0.0,
                 kl_count=0,
+                out_kl_sum=0.0,
+                out_kl_count=0,
+                out_kl_skipped=0,
             )
             if reason is not None:
                 finished.append((b, reason))

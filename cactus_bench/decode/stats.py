@@ -20,8 +20,11 @@ class Rounds:
     t_verify: list[float] = field(default_factory=list)
     t_rule: list[float] = field(default_factory=list)
     t_other: list[float] = field(default_factory=list)
-    kl_sum: list[float] = field(default_factory=list)  # Σ KL(h‖q) over the positions verified this round
+    kl_sum: list[float] = field(default_factory=list)  # Σ KL(h‖q) (the target's) over the positions decided
     kl_count: list[int] = field(default_factory=list)
+    out_kl_sum: list[float] = field(default_factory=list)  # Σ KL(P_out‖q) (what is emitted) over them
+    out_kl_count: list[int] = field(default_factory=list)
+    out_kl_skipped: list[int] = field(default_factory=list)  # decided positions whose support was too large
 
     def add(self, **row) -> None:
         for k, v in row.items():
@@ -53,6 +56,9 @@ class GenerationOutput:
             "rejected": sum(d - a for d, a in zip(r.drafted, r.accepted)),
             "kl_sum": sum(r.kl_sum) if self.has_kl else None,
             "kl_count": sum(r.kl_count) if self.has_kl else None,
+            "out_kl_sum": sum(r.out_kl_sum) if any(r.out_kl_count) else None,
+            "out_kl_count": sum(r.out_kl_count) if any(r.out_kl_count) else None,
+            "out_kl_skipped": sum(r.out_kl_skipped),
             "wall_time": self.wall_time,
             "prefill_time": self.prefill_time,
             "t_draft": sum(r.t_draft),
@@ -85,8 +91,12 @@ class GenerationOutput:
         return self.metric("acceptance_rate")
 
     @property
-    def realised_kl(self) -> float | None:
-        return self.metric("realised_kl")
+    def target_kl(self) -> float | None:
+        return self.metric("target_kl")
+
+    @property
+    def output_kl(self) -> float | None:
+        return self.metric("output_kl")
 
     @property
     def tokens_per_s(self) -> float | None:

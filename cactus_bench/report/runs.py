@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig
 
+from .. import metrics
 from ..app.identity import RunIdentity
 from ..app.store import read_samples
 from ..benchmarks.base import KINDS, Kind
@@ -76,7 +77,8 @@ def load_runs(runs_dir: Path | str) -> list[Run]:
     for summary in sorted(Path(runs_dir).glob("**/summary.json")):
         folder = summary.parent
         try:
-            run = Run(folder, yaml.safe_load((folder / "config.yaml").read_text()), json.loads(summary.read_text()))
+            stored = metrics.upgrade(json.loads(summary.read_text()))
+            run = Run(folder, yaml.safe_load((folder / "config.yaml").read_text()), stored)
             run.identity  # noqa: B018  (a config that no longer composes into an identity is unreadable too)
         except (OSError, ValueError, yaml.YAMLError, KeyError, TypeError, AttributeError) as e:
             log.warning("skipping %s: unreadable run (%s: %s)", folder, type(e).__name__, str(e).splitlines()[0])

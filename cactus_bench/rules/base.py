@@ -66,13 +66,13 @@ class Verification(NamedTuple):
     emitted: Tensor  # [B, m+1] token ids, -1 after the last emitted token
     n_accepted: Tensor  # [B] drafts accepted before the first rejection
     n_accepted_any: Tensor  # [B] drafts whose accept test passed, at any position (vLLM-style counting)
-    kl: Tensor | None  # [B, m] realised KL(h||q) per position (with return_kl, for rules with a target)
+    kl: Tensor | None  # [B, m] target KL(h||q) per position (with return_kl, for rules with a target)
 
 
 class Rule(ABC):
     """Base class. Subclasses implement ``accept_prob`` and ``residual``; ``register`` gives them their name.
 
-    Rules that verify against a target ``h`` also implement ``target`` (used for the realised KL).
+    Rules that verify against a target ``h`` also implement ``target`` (used for the target KL).
     Rules whose definition reads un-tempered probabilities set ``needs_raw = True`` and take
     ``p_raw``/``q_raw`` keyword arguments (the decode engine then passes the softmax of raw logits;
     without them the warped probabilities stand in). A per-position quantity that several of the
@@ -97,8 +97,9 @@ class Rule(ABC):
         """Per-position tensors [..., ] shared by the functions above, computed once per ``verify``."""
         return {}
 
-    def realised_kl(self, p: Tensor, q: Tensor, n: Tensor, **raw: Tensor) -> Tensor | None:
-        """KL(h || q) per position for the target actually verified against; None for target-free rules."""
+    def target_kl(self, p: Tensor, q: Tensor, n: Tensor, **raw: Tensor) -> Tensor | None:
+        """KL(h || q) per position for the target verified against (the budget a rule spends, not what it
+        emits: see `output_laws`); None for target-free rules."""
         h = self.target(p, q, n, **raw)
         return None if h is None else kl(h, q)
 
@@ -145,7 +146,7 @@ class Rule(ABC):
         sample) or are given as `uniforms` [B, m+1] in that order, so a caller can fix each row's stream.
         Returns a ``Verification``: emitted [B, m+1] (-1 after the last emitted token), n_accepted [B] (the
         prefix), n_accepted_any [B] (every counted position whose test passed), and with ``return_kl`` the
-        realised KL(h||q) per position [B, m] (else, and for target-free rules, None).
+        target KL(h||q) per position [B, m] (else, and for target-free rules, None).
         No host synchronisation unless ``check`` asks for value checks (default: only on CPU, where
         checking costs no sync).
         """
@@ -188,7 +189,7 @@ class Rule(ABC):
         emitted = torch.full((B, m + 1), -1, dtype=torch.int64, device=device)
         emitted[:, :m] = torch.where(pos[:m] < n_acc.unsqueeze(-1), draft_tokens, -1)
         emitted.scatter_(1, n_acc.unsqueeze(-1), last.unsqueeze(-1))
-        kl_pos = self.realised_kl(draft_probs, q, draft_tokens, **extra) if (return_kl and m > 0) else None
+        kl_pos = self.target_kl(draft_probs, q, draft_tokens, **extra) if (return_kl and m > 0) else None
         return Verification(emitted, n_acc, n_any, kl_pos)
 
     def _raw_kwargs(self, draft_raw: Tensor | None, target_raw: Tensor | None, m: int) -> dict:
@@ -204,14 +205,21 @@ class Rule(ABC):
         """
         if p.dim() != 1 or q.shape != p.shape:
             raise ValueError(f"output_law takes p, q of shape [V]; got {tuple(p.shape)} and {tuple(q.shape)}")
+        return self.output_laws(p, q, **raw)
+
+    def output_laws(self, p: Tensor, q: Tensor, **raw: Tensor) -> Tensor:
+        """`output_law` for many positions at once: p, q [..., S] over the same S tokens (a position's whole
+        support, e.g. the union of the warped supports) -> P_out [..., S], float64."""
         p, q = p.double(), q.double()
-        V = p.shape[0]
-        raw = {k: v.double().expand(V, V) for k, v in raw.items()}
-        P, Q, n = p.expand(V, V), q.expand(V, V), torch.arange(V)  # row n: the draft was token n
+        S = p.shape[-1]
+        P = p.unsqueeze(-2).expand(*p.shape, S)  # [..., n, x]: row n is the case "the draft was token n"
+        Q = q.unsqueeze(-2).expand(*q.shape, S)
+        raw = {k: v.double().unsqueeze(-2).expand(*v.shape, S) for k, v in raw.items()}
+        n = torch.arange(S, device=p.device).expand(p.shape)
         a = self.accept_prob(P, Q, n, **raw)
         R = self.recovery_weights(P, Q, n, **raw)
         R = R / R.sum(-1, keepdim=True)
-        return p * a + ((p * (1 - a)).unsqueeze(-1) * R).sum(0)
+        return p * a + ((p * (1 - a)).unsqueeze(-1) * R).sum(-2)
 
 
 def _check_shapes(draft_probs: Tensor, target_probs: Tensor, draft_tokens: Tensor) -> tuple[int, int, int]:

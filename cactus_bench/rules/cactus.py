@@ -39,7 +39,7 @@ class Cactus(TargetRule):
     def accept_prob(self, p, q, n, **raw):  # only γ = h_n is needed for the test
         return general_accept(self.gamma(gather_last(q, n)), gather_last(p, n))
 
-    def realised_kl(self, p, q, n, **raw):
+    def target_kl(self, p, q, n, **raw):
         qn = gather_last(q, n)
         return binary_kl(self.gamma(qn), qn)
 

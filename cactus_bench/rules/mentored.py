@@ -51,5 +51,5 @@ class Mentored(Rule):
         return (q - self._beta(p, q, beta).unsqueeze(-1) * p).clamp(min=0)
 
     def target(self, p, q, n, beta=None, **raw):
-        """The law this rule emits (it has no separate target): the realised KL is KL(P_out ‖ q)."""
+        """The law this rule emits (it has no separate target): its target KL is its output KL."""
         return mentored_law(p, q, self._beta(p, q, beta))

@@ -25,5 +25,5 @@ class SpS(TargetRule):
     def accept_prob(self, p, q, n, **raw):  # h = q: no need to build h
         return general_accept(gather_last(q, n), gather_last(p, n))
 
-    def realised_kl(self, p, q, n, **raw):
+    def target_kl(self, p, q, n, **raw):
         return q.new_zeros(n.shape)
