@@ -478,10 +478,11 @@ def test_ties_at_the_top_k_boundary_are_kept_before_top_p():
 # --- the output KL measures what is emitted -----------------------------------------------------------
 
 
-def test_output_kl_is_what_is_emitted_not_the_target(pair):
+def test_output_kl_is_what_is_emitted_not_the_target():
     """A drafter equal to the verifier: Cactus accepts every draft, so it emits the verifier's law (output KL
     ~0) though its targets h are not q (target KL > 0: the figure that was reported as 'realised KL');
     SpS's output KL is 0 with any drafter; a lossy rule's is positive."""
+    pair = tiny_pair(vocab_size=24, logit_scale=4.0)
     _, verifier = pair
 
     def run(drafter, rule):

@@ -280,12 +280,12 @@ class Engine:
         mass = p + q
         idx = torch.topk(mass, min(self.support, V), dim=-1).indices
         fits = (mass > 0).sum(-1) <= idx.shape[-1]
-        ps, qs = p.gather(-1, idx), q.gather(-1, idx)
+        ps, qs = p.gather(-1, idx).double(), q.gather(-1, idx).double()
+        ps, qs = ps / ps.sum(-1, keepdim=True), qs / qs.sum(-1, keepdim=True)  # float32 sums are 1 ± 1e-7
         extra = {}
         if self.rule.needs_raw and raw:
             extra = {"p_raw": raw["draft_raw"].gather(-1, idx), "q_raw": raw["target_raw"][:, :m].gather(-1, idx)}
         law = self.rule.output_laws(ps, qs, **extra)
-        qs = qs.double()
         terms = torch.where(law > 0, law * (torch.log(law) - torch.log(qs)), torch.zeros_like(law))
         return terms.sum(-1).clamp(min=0), fits  # KL >= 0: round-off below zero is zero
 
