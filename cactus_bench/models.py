@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -38,11 +39,15 @@ _PROBE_TEXTS = [
 
 @dataclass
 class Pair:
-    drafter: torch.nn.Module
+    drafter: torch.nn.Module | None  # None for the verifier alone: it never loads one
     verifier: torch.nn.Module
     tokenizer: object  # the verifier's tokenizer (identical to the drafter's, checked)
-    drafter_id: str
+    drafter_id: str | None
     verifier_id: str
+
+    @property
+    def drafter_dtype(self):
+        return None if self.drafter is None else str(self.drafter.dtype).replace("torch.", "")
 
     @property
     def vocab_size(self) -> int:
@@ -105,8 +110,9 @@ def check_available(models: dict[str, str], revision: str | None = None) -> None
     missing = []
     for role, name in models.items():
         if _is_local(name) or name.startswith((".", "/", "~")):
-            if not Path(name).expanduser().is_dir():
-                missing.append(f"pair.{role}={name} is not a folder")
+            path = Path(name).expanduser()
+            if not (path.is_dir() or (name.endswith(".gguf") and path.is_file())):
+                missing.append(f"pair.{role}={name} is not a folder (or a .gguf file)")
         elif offline:
             from huggingface_hub import try_to_load_from_cache
 
@@ -147,8 +153,10 @@ def check_quantisation(role: str, name: str, config, device: str) -> None:
 
 
 def _load(kind: str, name: str, loader, **kwargs):
-    """Load from a local folder or the hub, turning the usual failures into actionable errors."""
+    """Load from a local folder, a GGUF file or the hub, turning the usual failures into actionable errors."""
     path = Path(name).expanduser()
+    if name.endswith(".gguf"):
+        return _load_gguf(kind, path, loader, **kwargs)
     if _is_local(name):
         if not path.is_dir():
             raise FileNotFoundError(f"{kind} folder {name!r} does not exist")
@@ -164,6 +172,30 @@ def _load(kind: str, name: str, loader, **kwargs):
             "(`huggingface-cli download <id>`) or point the config at a local folder "
             f"(e.g. pair.verifier=/path/to/model). Original error: {e}"
         ) from e
+
+
+def _load_gguf(kind: str, path: Path, loader, **kwargs):
+    """A GGUF checkpoint (llama.cpp's format): transformers de-quantises it, which needs the `gguf` package."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{kind} file {str(path)!r} does not exist")
+    if importlib.util.find_spec("gguf") is None:
+        raise PairUnavailable(
+            f"{path} is a GGUF file: reading it needs the `gguf` package: pip install -e '.[real]' (or gguf)"
+        )
+    kwargs.pop("revision", None)
+    loaded = loader(str(path.parent), gguf_file=path.name, **kwargs)
+    if hasattr(loaded, "hf_quantizer"):
+        detach_quantiser(loaded)
+    return loaded
+
+
+def detach_quantiser(model) -> None:
+    """A model de-quantised from GGUF keeps its quantiser and quantisation config, and saving it writes them
+    (transformers would read the folder as GGUF again): both go, the weights are plain tensors already."""
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.is_quantized = False
 
 
 def check_tokenizers(tok_d, tok_v, drafter_id: str, verifier_id: str) -> None:
@@ -183,9 +215,10 @@ def check_tokenizers(tok_d, tok_v, drafter_id: str, verifier_id: str) -> None:
         )
 
 
-def check_vocab(drafter, verifier, tokenizer, drafter_id: str, verifier_id: str) -> None:
+def check_vocab(drafter, verifier, tokenizer, drafter_id: str | None, verifier_id: str) -> None:
     """Embedding matrices may be padded to different sizes; the tokenizer must fit inside both."""
-    vd, vv = drafter.config.vocab_size, verifier.config.vocab_size
+    vv = verifier.config.vocab_size
+    vd = drafter.config.vocab_size if drafter is not None else vv
     if len(tokenizer) > min(vd, vv):
         raise ValueError(
             f"tokenizer has {len(tokenizer)} tokens but drafter {drafter_id!r} has {vd} and verifier "
@@ -223,46 +256,80 @@ def check_fits(kind: str, name: str, config, dtype: torch.dtype, device: str, bu
 
 
 def load_pair(
-    drafter: str,
+    drafter: str | None,
     verifier: str,
     *,
     dtype: str | torch.dtype = "auto",
+    drafter_dtype: str | torch.dtype | None = None,
+    verifier_dtype: str | torch.dtype | None = None,
     device: str = "auto",
     verifier_device_map: str | dict | None = None,
     revision: str | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> Pair:
-    """Load drafter and verifier (hub ids or local folders) and check they can decode together.
+    """Load drafter and verifier (hub ids, local folders or GGUF files) and check they can decode together;
+    no drafter (None) for the verifier alone. Each model runs in its own dtype (default: `dtype`), and `log`
+    hears one line per model saying which, beside its checkpoint's.
 
     Tokenizers are compared, and the weights' size checked against free memory, before the (expensive)
     weights load. `verifier_device_map` (e.g. "auto") spreads a verifier that does not fit one GPU.
     """
     device = resolve_device(device)
+    dtypes = {
+        r: resolve_dtype(d or dtype, device) for r, d in (("drafter", drafter_dtype), ("verifier", verifier_dtype))
+    }
+    models = {"drafter": drafter, "verifier": verifier} if drafter is not None else {"verifier": verifier}
+    tok_v = _load("verifier tokenizer", verifier, AutoTokenizer.from_pretrained, revision=revision)
+    if drafter is not None:
+        tok_d = _load("drafter tokenizer", drafter, AutoTokenizer.from_pretrained, revision=revision)
+        check_tokenizers(tok_d, tok_v, drafter, verifier)
+    configs = {r: _load(f"{r} config", n, AutoConfig.from_pretrained, revision=revision) for r, n in models.items()}
+    budget = free_bytes(device)
+    for role, name in models.items():
+        check_quantisation(role, name, configs[role], device)
+        if role == "drafter" or verifier_device_map is None:  # a device map spreads the verifier itself
+            need = check_fits(role, name, configs[role], dtypes[role], device, budget)
+            budget = None if budget is None else budget - need
+    loaded = {
+        role: _load_model(role, name, configs[role], dtypes[role], device, verifier_device_map, revision, log)
+        for role, name in models.items()
+    }
+    check_vocab(loaded.get("drafter"), loaded["verifier"], tok_v, drafter, verifier)
+    return Pair(loaded.get("drafter"), loaded["verifier"], tok_v, drafter, verifier)
+
+
+def with_drafter(pair: Pair, drafter: str, dtype, device: str, revision: str | None, log=None) -> Pair:
+    """The same verifier with another drafter (loaded, checked against the verifier's tokenizer)."""
+    device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, device)
     tok_d = _load("drafter tokenizer", drafter, AutoTokenizer.from_pretrained, revision=revision)
-    tok_v = _load("verifier tokenizer", verifier, AutoTokenizer.from_pretrained, revision=revision)
-    check_tokenizers(tok_d, tok_v, drafter, verifier)
-    budget = free_bytes(device)
-    cfg_d = _load("drafter config", drafter, AutoConfig.from_pretrained, revision=revision)
-    budget = None if budget is None else budget - check_fits("drafter", drafter, cfg_d, torch_dtype, device, budget)
-    cfg_v = _load("verifier config", verifier, AutoConfig.from_pretrained, revision=revision)
-    for role, name, config in (("drafter", drafter, cfg_d), ("verifier", verifier, cfg_v)):
-        check_quantisation(role, name, config, device)
-    if verifier_device_map is None:  # a device map spreads the verifier: accelerate plans that itself
-        check_fits("verifier", verifier, cfg_v, torch_dtype, device, budget)
-    d_model = (
-        _load("drafter", drafter, AutoModelForCausalLM.from_pretrained, dtype=torch_dtype, revision=revision)
-        .to(device)
-        .eval()
-    )
-    v_kwargs = {"dtype": torch_dtype, "revision": revision}
-    if verifier_device_map is not None:
-        v_kwargs["device_map"] = verifier_device_map
-    v_model = _load("verifier", verifier, AutoModelForCausalLM.from_pretrained, **v_kwargs)
-    if verifier_device_map is None:
-        v_model = v_model.to(device)
-    v_model.eval()
-    check_vocab(d_model, v_model, tok_v, drafter, verifier)
-    return Pair(d_model, v_model, tok_v, drafter, verifier)
+    check_tokenizers(tok_d, pair.tokenizer, drafter, pair.verifier_id)
+    config = _load("drafter config", drafter, AutoConfig.from_pretrained, revision=revision)
+    check_quantisation("drafter", drafter, config, device)
+    check_fits("drafter", drafter, config, torch_dtype, device, free_bytes(device))
+    model = _load_model("drafter", drafter, config, torch_dtype, device, None, revision, log)
+    check_vocab(model, pair.verifier, pair.tokenizer, drafter, pair.verifier_id)
+    return Pair(model, pair.verifier, pair.tokenizer, drafter, pair.verifier_id)
+
+
+def _load_model(role, name, config, dtype, device, verifier_device_map, revision, log):
+    """One model's weights, in eval mode on its device (a verifier with a device map: where the map puts it)."""
+    kwargs = {"dtype": dtype, "revision": revision}
+    if role == "verifier" and verifier_device_map is not None:
+        kwargs["device_map"] = verifier_device_map
+    model = _load(role, name, AutoModelForCausalLM.from_pretrained, **kwargs)
+    if log is not None:
+        log(precision(role, name, config, dtype))
+    return (model if "device_map" in kwargs else model.to(device)).eval()
+
+
+def precision(role: str, name: str, config, dtype: torch.dtype) -> str:
+    """One line: what a model runs in, beside what its checkpoint stores (an upcast or a cast down named)."""
+    stored = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    stored = str(stored).replace("torch.", "") if stored is not None else "unstated"
+    runs = str(dtype).replace("torch.", "")
+    note = "" if stored in (runs, "unstated") else f" (its checkpoint stores {stored})"
+    return f"{role} {name} runs in {runs}{note}"
 
 
 # --- random models (tests, benchmarks, the embedded pair's initialisation, the device check) -------------

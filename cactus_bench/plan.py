@@ -1,11 +1,11 @@
 """What a sweep will cost, before it runs:
 
-    python -m cactus_bench.plan sweeps/table1.yaml [shards=8] [gpu=h100|a100|h200] [slots=2] [limit=...] [pair=...]
+    python -m cactus_bench.plan sweeps/table1.yaml [shards=8] [gpu=h100|a100|h200] [slots_per_gpu=2] [limit=...]
 
 For every cell of the table spec: items, expected generated tokens per item, and GPU hours side by side for
 the eager engine and the fast one at batch size 1, and the fast one at the spec's batch size (`auto`: what
 fits the card's memory), plus the timing sample's hours; then the wall time with the chosen shards (one
-job per shard, `slots` jobs per GPU). Every figure says where it comes from: `stored` (the store's runs),
+job per shard, `slots_per_gpu` jobs per GPU). Every figure says where it comes from: `stored` (the store's runs),
 `measured` (results/gpu/<gpu>.json from `scripts/device_check.py`), or `estimate` (the model below).
 
 Cost model (a decode forward on a GPU): the larger of
@@ -205,14 +205,14 @@ def main(argv: list[str] | None = None) -> str:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or "=" in argv[0] or argv[0] in ("-h", "--help"):
         raise SystemExit(__doc__)
-    keys = ("shards", "gpu", "pair", "limit", "slots")
+    keys = ("shards", "gpu", "pair", "limit", "slots_per_gpu")
     pairs = [a.split("=", 1) for a in argv[1:]]
     options = {k.lower(): v for k, v in pairs if k.lower() in keys}  # SHARDS=8 as in the Makefile works too
     overrides = [f"{k}={v}" for k, v in pairs if k.lower() not in keys]
     gpu = options.get("gpu", "h100").lower()
     if gpu not in BANDWIDTH:
         raise SystemExit(f"error: gpu={gpu} is not known: choose one of {', '.join(BANDWIDTH)}")
-    shards, slots = int(options.get("shards", 1)), int(options.get("slots", 1))
+    shards, slots = int(options.get("shards", 1)), int(options.get("slots_per_gpu", 1))
     spec = load_spec(argv[0], {"pair": options.get("pair"), "limit": options.get("limit")})
     df = plan(spec, shards, gpu, overrides, slots)
     text = (

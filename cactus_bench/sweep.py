@@ -36,40 +36,104 @@ def parse(argv: list[str]) -> tuple[str, dict, list[str]]:
     spec_overrides, hydra_overrides = {}, []
     for arg in argv[1:]:
         key, _, value = arg.partition("=")
-        if key in SPEC_KEYS + ("shards",) and value != "":
+        if key in SPEC_KEYS + ("shards", "slots_per_gpu") and value != "":
             spec_overrides[key] = value.split(",") if key == "data" else value
         elif value != "":
             hydra_overrides.append(arg)
     return argv[0], spec_overrides, hydra_overrides
 
 
-def launch(spec: dict, extra: list[str], shards: int, multirun: Path) -> None:
-    """Every cell × shard as one Hydra multirun (the launcher in `extra`, else Hydra's basic one)."""
+def launch(spec: dict, todo: list, extra: list[str], shards: int, multirun: Path, slots: int = 1) -> None:
+    """Every cell x shard not finished yet as one Hydra multirun (the launcher in `extra`, else Hydra's basic
+    one); with `slots` > 1, that many runs share a GPU: packed k to a SLURM job (k tasks), or k workers per GPU
+    under local_gpus."""
     folder = multirun / f"{spec['name']}-{time.strftime('%Y%m%d-%H%M%S')}"
-    cells = []
-    for _, pair in spec_pairs(spec):
-        for data in spec["data"]:
-            for row in spec["rows"]:
-                name = f"{spec['name']}_{len(cells)}"
-                path = folder / "cell" / f"{name}.yaml"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                node = cell_config(pair_spec(spec, pair), row, data)
-                path.write_text("# @package _global_\n" + yaml.safe_dump(node, sort_keys=False))
-                cells.append(name)
-    shard = ",".join(f"{i}/{shards}" for i in range(shards))
-    cmd = [
-        sys.executable,
-        "-m",
-        "cactus_bench",
-        "-m",
-        f"hydra.searchpath=[file://{folder}]",
-        f"+cell={','.join(cells)}",
-        f"shard={shard}",
-        f"hydra.sweep.dir={folder / 'jobs'}",
-        *extra,
-    ]
+    runs, skipped = [], 0
+    for c, ((cell_spec, row, data), (_, cfg, _)) in enumerate(zip(spec_cells(spec), todo)):
+        name = f"{spec['name']}_{c}"
+        for i in range(shards):
+            shard = f"{i}/{shards}"
+            if shard_finished(cfg, shard):
+                skipped += 1
+                continue
+            runs.append((name, shard, cell_config(cell_spec, row, data), run_overrides(cell_spec, row, data)))
+    if skipped:
+        print(f"{skipped} shard(s) already finished: not submitted", flush=True)
+    if not runs:
+        return
+    launcher = next((o.split("=", 1)[1] for o in extra if o.startswith("hydra/launcher=")), None)
+    cmd = [sys.executable, "-m", "cactus_bench", "-m", f"hydra.searchpath=[file://{folder}]"]
+    cmd.append(f"hydra.sweep.dir={folder / 'jobs'}")
+    if slots > 1 and launcher == "slurm":  # k runs to a job: its k tasks share the job's GPU
+        run_args = [o for o in extra if not o.startswith("hydra")]
+        packs = [runs[j : j + slots] for j in range(0, len(runs), slots)]
+        for j, pack in enumerate(packs):
+            entries = [[*overrides, f"shard={shard}", *run_args] for _, shard, _, overrides in pack]
+            write_config(folder / "pack" / f"pack_{j}.yaml", {"pack": entries})
+        cmd += [f"+pack={','.join(f'pack_{j}' for j in range(len(packs)))}", f"hydra.launcher.tasks_per_node={slots}"]
+    else:  # one job per run: each run's config (the cell and its shard) is an option of the `run` group
+        names = []
+        for name, shard, node, _ in runs:
+            names.append(f"{name}-{shard.replace('/', 'of')}")
+            write_config(folder / "run" / f"{names[-1]}.yaml", {**node, "shard": shard})
+        cmd.append(f"+run={','.join(names)}")
+    if slots > 1 and launcher == "local_gpus":  # k workers per GPU (each claims a slot: __main__)
+        cmd.append(f"hydra.launcher.n_jobs={int(os.environ.get('CACTUS_BENCH_GPUS', '1')) * slots}")
+    _multirun([*cmd, *extra], slots, launcher)
+
+
+def write_config(path: Path, node: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("# @package _global_\n" + yaml.safe_dump(node, sort_keys=False))
+
+
+def _multirun(cmd: list[str], slots: int, launcher: str | None) -> None:
+    env = dict(os.environ)
+    if launcher == "local_gpus":
+        env["CACTUS_BENCH_SLOTS_PER_GPU"] = str(slots)
     print("launching:", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True, env=os.environ)
+    if subprocess.run(cmd, env=env).returncode != 0:
+        raise SweepFailed(
+            "some runs of the sweep did not finish (named above). Their finished items are kept: run the same "
+            "sweep command again to submit only what is left."
+        )
+
+
+class SweepFailed(RuntimeError):
+    """A launched multirun ended with runs unfinished: the launcher named them."""
+
+
+def shard_finished(cfg: DictConfig, shard: str) -> bool:
+    """Whether this shard of the run decoded all its items at this limit (its manifest says so)."""
+    from .app.config import parse_shard
+    from .app.store import RunStore, run_dir
+
+    manifest = RunStore(run_dir(cfg), parse_shard(shard)).manifest()
+    return manifest.get("status") == "complete" and manifest.get("limit") == cfg.limit
+
+
+def unfinished(todo: list, shards: int) -> list[str]:
+    """Each cell's shards that have not decoded all their items, with the run's folder."""
+    from .app.store import run_dir
+
+    out = []
+    for name, cfg, _ in todo:
+        left = [f"{i}/{shards}" for i in range(shards) if not shard_finished(cfg, f"{i}/{shards}")]
+        if left:
+            out.append(
+                f"{name}: shard {', '.join(left)} ({run_dir(cfg)})" if shards > 1 else f"{name} ({run_dir(cfg)})"
+            )
+    return out
+
+
+def spec_cells(spec: dict) -> list[tuple[dict, dict, str]]:
+    """(the pair's spec, row, dataset) of every cell, in the order `cells` composes them."""
+    return [
+        (pair_spec(spec, pair), row, data)
+        for _, pair in spec_pairs(spec)
+        for data in spec["data"]
+        for row in spec["rows"]
+    ]
 
 
 def sources(data: str | None) -> str:
@@ -87,23 +151,19 @@ def cells(spec: dict, extra: list[str]) -> list[tuple[str, DictConfig, Method]]:
     from .app.errors import ConfigCompositionError, explain_composition
 
     out = []
-    for _, pair in spec_pairs(spec):
-        for data in spec["data"]:
-            for row in spec["rows"]:
-                name = f"{row['label']} on {data} ({pair})"
-                overrides = run_overrides(pair_spec(spec, pair), row, data) + [
-                    o for o in extra if not o.startswith("hydra")
-                ]
-                try:
-                    cfg = compose(tuple(overrides))
-                    out.append((name, cfg, validate(cfg)))
-                except ConfigError as e:
-                    raise ConfigError(f"{spec['name']}, cell {name}: {e}") from None
-                except Exception as e:  # noqa: BLE001  (Hydra's composition errors, rewritten)
-                    explained = explain_composition(e, overrides)
-                    if explained is None:
-                        raise
-                    raise ConfigCompositionError(f"{spec['name']}, cell {name}: {explained}") from None
+    for cell_spec, row, data in spec_cells(spec):
+        name = f"{row['label']} on {data} ({cell_spec['pair']})"
+        overrides = run_overrides(cell_spec, row, data) + [o for o in extra if not o.startswith("hydra")]
+        try:
+            cfg = compose(tuple(overrides))
+            out.append((name, cfg, validate(cfg)))
+        except ConfigError as e:
+            raise ConfigError(f"{spec['name']}, cell {name}: {e}") from None
+        except Exception as e:  # noqa: BLE001  (Hydra's composition errors, rewritten)
+            explained = explain_composition(e, overrides)
+            if explained is None:
+                raise
+            raise ConfigCompositionError(f"{spec['name']}, cell {name}: {explained}") from None
     return out
 
 
@@ -113,6 +173,7 @@ def main(argv: list[str] | None = None) -> str:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     spec_path, spec_overrides, extra = parse(sys.argv[1:] if argv is None else argv)
     shards = int(spec_overrides.pop("shards", 0) or 0)
+    slots = int(spec_overrides.pop("slots_per_gpu", 1) or 1)
     spec = load_spec(spec_path, spec_overrides)
     try:
         todo = cells(spec, extra)  # every cell checked before the first one runs
@@ -121,7 +182,11 @@ def main(argv: list[str] | None = None) -> str:
     paths = todo[0][1].paths
     print(sources(paths.data), flush=True)
     if shards or any(o.startswith("hydra/launcher=") for o in extra):
-        launch(spec, extra, max(shards, 1), Path(paths.multirun))
+        try:
+            launch(spec, todo, extra, max(shards, 1), Path(paths.multirun), slots)
+        except SweepFailed as e:
+            left = unfinished(todo, max(shards, 1))
+            fail(SweepFailed(f"{e} Not finished: {'; '.join(left)}." if left else str(e)))
     else:
         from .app.run import run
 

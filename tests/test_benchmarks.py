@@ -256,6 +256,7 @@ def test_specbench_metrics_on_a_hand_computed_example():
             "new_tokens": sum(lengths),
             "verifier_calls": len(lengths),
             "accepted": sum(accepted),
+            "drafted": 4 * len(accepted),  # m = 4; the verifier alone drafts nothing
             "wall_time": sum(wall),
         }
         return {"id": qid, "category": cat, "answer": answer, "stats": stats}

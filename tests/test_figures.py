@@ -7,6 +7,7 @@ import pytest
 from cactus_bench.app import run as run_mod
 from cactus_bench.report import figures, load_runs, load_spec, run_overrides
 from cactus_bench.report.specs import compose, expand_rows, pair_spec, spec_pairs
+from tests.helpers.configs import pair_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = {"pair": "tiny", "limit": 2, "max_gen_toks": 8, "data": ["arith"], "m": 2}
@@ -16,7 +17,7 @@ SMALL = {"pair": "tiny", "limit": 2, "max_gen_toks": 8, "data": ["arith"], "m": 
 def figure_store(small_pair_dir, tmp_path_factory):
     """Every run of both figure specs on the small pair, but one lossy point left out (a gap)."""
     results = tmp_path_factory.mktemp("figstore") / "runs"
-    pair = [f"pair.drafter={small_pair_dir / 'drafter'}", f"pair.verifier={small_pair_dir / 'verifier'}"]
+    pair = pair_overrides(small_pair_dir)
     done = set()
     for name in ("figure4", "lossy_tradeoff"):
         spec = load_spec(ROOT / "sweeps" / f"{name}.yaml", SMALL)
@@ -52,6 +53,12 @@ def test_a_pair_override_maps_every_family():
     }
 
 
+def test_a_divergence_the_figure_cannot_label_is_refused(tmp_path):
+    spec = load_spec(ROOT / "sweeps" / "lossy_tradeoff.yaml", SMALL) | {"divergence": "realised_kl"}
+    with pytest.raises(ValueError, match="divergence one of \\['output_kl', 'target_kl'\\]"):
+        figures([], tmp_path, [spec])
+
+
 @pytest.mark.slow  # decodes every run of both figure specs (about a minute): CI's slow tier
 def test_both_figures_render_from_a_fixture_store(figure_store, tmp_path):
     results, pair = figure_store
@@ -62,6 +69,7 @@ def test_both_figures_render_from_a_fixture_store(figure_store, tmp_path):
     notes = (tmp_path / "lossy_tradeoff_notes.txt").read_text()
     assert "no run for interpolation alpha=0.6 (a gap in its curve)" in notes
     assert "x axis: acceptance rate (drafts accepted at any position / drafted)" in notes
+    assert "divergence panel: output KL(P_out ‖ q) per position" in notes  # output KL by default, named
     assert not (tmp_path / "figure4_notes.txt").exists()  # every Figure 4 run is there
 
 

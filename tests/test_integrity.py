@@ -80,10 +80,10 @@ def test_a_batched_run_times_its_sample_and_withholds_task_time(small_pair_dir, 
 
 def test_an_unreadable_neighbour_is_skipped_with_one_warning(small_pair_dir, tmp_path, caplog):
     run_cell("sps", results=tmp_path, pair_dir=small_pair_dir)
-    broken = tmp_path / "arith" / "tiny" / "broken_run"
-    shutil.copytree(next((tmp_path / "arith" / "tiny").iterdir()), broken)
+    broken = tmp_path / "arith" / "small" / "broken_run"
+    shutil.copytree(next((tmp_path / "arith" / "small").iterdir()), broken)
     (broken / "summary.json").write_text('{"samples": 3, "sco')  # cut short
-    other = tmp_path / "arith" / "tiny" / "no_config"
+    other = tmp_path / "arith" / "small" / "no_config"
     shutil.copytree(broken, other)
     (other / "summary.json").write_text("{}")
     (other / "config.yaml").write_text("method: [")
@@ -132,7 +132,7 @@ def test_a_signal_ends_a_run_in_one_line_with_the_store_intact(small_pair_dir, t
     """SIGTERM (scancel, pre-emption) like Ctrl-C: the sample in flight is dropped, every stored line is
     whole, the lock released, the run marked interrupted, one line said; the same command resumes."""
     proc = slow_run(tmp_path, small_pair_dir)
-    samples = wait_for_samples(tmp_path / "runs", "gsm8k/tiny/ar_s0_*/samples.jsonl")
+    samples = wait_for_samples(tmp_path / "runs", "gsm8k/small/ar_s0_*/samples.jsonl")
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == code, err[-2000:]

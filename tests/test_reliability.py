@@ -350,7 +350,7 @@ def test_wandb_resumes_one_run_and_logs_what_dashboards_need(small_pair_dir, tmp
     # offline-run-<time>-<id>[-n]: W&B adds -n when a resume starts within the same second
     assert len(offline) == 2 and len({p.name.split("-")[3] for p in offline}) == 1  # one W&B id
     debug_log = (offline[-1] / "logs" / "debug.log").read_text()  # W&B's own record of the run's config
-    assert "'method': 'cactus', 'delta': 0.75, 'm': 2, 'pair': 'tiny', 'data': 'arith'" in debug_log
+    assert "'method': 'cactus', 'delta': 0.75, 'm': 2, 'pair': 'small', 'data': 'arith'" in debug_log
     records = next(offline[-1].glob("*.wandb")).read_bytes()
     for key in (
         b"sample/accepted_length",

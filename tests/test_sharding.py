@@ -89,7 +89,7 @@ def test_plan_prints_a_costed_table_for_table1():
     ]
     eager, fast, batched = (float(total[cols.index(c)]) for c in ("eager B=1 GPU h", "fast B=1 GPU h", "fast B GPU h"))
     assert eager > 4 * fast > 4 * batched
-    assert main(["sweeps/table1.yaml", "shards=8", "slots=2", "gpu=h200"]).count("(4 GPU(s))") == 1
+    assert main(["sweeps/table1.yaml", "shards=8", "slots_per_gpu=2", "gpu=h200"]).count("(4 GPU(s))") == 1
 
 
 def test_the_sweep_writes_each_cell_as_the_same_run(small_pair_dir, tmp_path):

@@ -70,7 +70,7 @@ def unknown_keys(cfg: DictConfig) -> None:
 
 
 def parse_shard(value: str | None) -> tuple[int, int] | None:
-    """`shard=i/n` -> (i, n), 0 <= i < n; None for an unsharded run."""
+    """`shard=i/n` -> (i, n), 0 <= i < n; None for an unsharded run (and for 0/1, the same run)."""
     if value is None:
         return None
     try:
@@ -79,7 +79,7 @@ def parse_shard(value: str | None) -> tuple[int, int] | None:
         raise ConfigError(f"shard={value!r} is not valid: write i/n, e.g. shard=0/4 (the first of 4 shards)") from None
     if not 0 <= i < n:
         raise ConfigError(f"shard={value!r} is not valid: i/n needs 0 <= i < n")
-    return i, n
+    return (i, n) if n > 1 else None
 
 
 def _finite(key: str, value) -> None:
@@ -90,8 +90,10 @@ def _finite(key: str, value) -> None:
 def _check_device_and_dtype(pair) -> None:
     from ..models import DTYPES  # torch only: cheap beside the model load it protects
 
-    if pair.dtype != "auto" and pair.dtype not in DTYPES:
-        raise ConfigError(f"pair.dtype={pair.dtype!r} is not valid: choose auto, {', '.join(DTYPES)}")
+    for key in ("dtype", "drafter_dtype", "verifier_dtype"):
+        value = pair.get(key)
+        if value is not None and value != "auto" and value not in DTYPES:
+            raise ConfigError(f"pair.{key}={value!r} is not valid: choose auto, {', '.join(DTYPES)}")
     device = str(pair.device)
     if not (device in ("auto", "cpu", "mps") or re.fullmatch(r"cuda(:\d+)?", device)):
         raise ConfigError(f"pair.device={device!r} is not valid: choose one of {', '.join(DEVICES)}")
@@ -178,10 +180,33 @@ def validate(cfg: DictConfig) -> Method:
         raise ConfigError(f"method.params: {e}") from None
     if method.uses_drafter and not 1 <= cfg.m <= cfg.max_gen_toks:
         bad("m", cfg.m, f"the draft length must be an integer in [1, max_gen_toks={cfg.max_gen_toks}]")
+    _name_the_pair(cfg, method)
     _check_device_and_dtype(cfg.pair)
     _check_tracking(cfg.tracking)
     _note_unused(cfg, method)
     return method
+
+
+def _short(model: str) -> str:
+    """A model's name for a folder: the last part of a hub id or path, without a .gguf suffix."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", Path(str(model)).name.removesuffix(".gguf"))
+
+
+def pair_label(pair, uses_drafter: bool) -> str:
+    """The name a run is filed under: pair.name, unless it names a stock pair (conf/pair/) whose models these
+    are not: then the models' names (the verifier alone: its verifier's), so that overriding pair.drafter or
+    pair.verifier never files a run under the stock pair's name."""
+    stock = CONF_DIR / "pair" / f"{pair.name}.yaml"
+    roles = ("drafter", "verifier") if uses_drafter else ("verifier",)
+    if not stock.is_file() or all(pair[r] == OmegaConf.load(stock).get(r) for r in roles):
+        return pair.name
+    return "+".join(_short(pair[r]) for r in roles)
+
+
+def _name_the_pair(cfg: DictConfig, method: Method) -> None:
+    label = pair_label(cfg.pair, method.uses_drafter)
+    if label != cfg.pair.name:
+        log.info("pair: filed as %s, named after its models (set pair.name=... to choose a name)", label)
 
 
 def _check_engine(engine) -> None:

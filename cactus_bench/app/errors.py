@@ -17,6 +17,9 @@ EXPLAINED = (
     "StoreError",
     "LockHeld",
     "PairUnavailable",
+    "SourceUnavailable",
+    "SweepFailed",
+    "JobsUnfinished",
     "ModelLoadError",
 )
 

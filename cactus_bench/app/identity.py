@@ -19,6 +19,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from ..methods import BASELINE, Method
+from .config import pair_label
 
 REFERENCES = {"sps": "sps", "baseline": BASELINE}  # what relative metrics compare with: SpS, the verifier alone
 
@@ -30,7 +31,7 @@ def _hash(value: Any, n: int) -> str:
 @dataclass(frozen=True)
 class RunIdentity:
     verifier: dict  # verifier, dtype, revision (and add_bos_token when set)
-    drafter: str | None  # None for the verifier alone
+    drafter: dict | None  # model and dtype; None for the verifier alone
     method: str
     params: dict
     m: int | None  # None for the verifier alone
@@ -50,12 +51,13 @@ class RunIdentity:
             cfg = OmegaConf.create(cfg)
         method = Method(cfg.method.name, OmegaConf.to_container(cfg.method.params, resolve=True) or {}, cfg.m)
         p = cfg.pair
-        verifier = {"verifier": p.verifier, "dtype": p.dtype, "revision": p.revision}
+        verifier = {"verifier": p.verifier, "dtype": p.get("verifier_dtype") or p.dtype, "revision": p.revision}
         if p.get("add_bos_token"):
             verifier["add_bos_token"] = True
+        drafter = {"model": p.drafter, "dtype": p.get("drafter_dtype") or p.dtype}
         return cls(
             verifier=verifier,
-            drafter=p.drafter if method.uses_drafter else None,
+            drafter=drafter if method.uses_drafter else None,
             method=method.name,
             params=dict(method.params),
             m=cfg.m if method.uses_drafter else None,
@@ -64,7 +66,7 @@ class RunIdentity:
             seed=cfg.seed,
             sampling=OmegaConf.to_container(cfg.sampling, resolve=True),
             max_gen_toks=cfg.max_gen_toks,
-            pair_name=p.name,
+            pair_name=pair_label(p, method.uses_drafter),
             data_label=cfg.data.get("label") or cfg.data.name,
         )
 

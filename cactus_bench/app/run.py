@@ -16,9 +16,9 @@ from tqdm.auto import tqdm
 from .. import metrics
 from ..benchmarks.base import Benchmark, make_benchmark
 from ..decode import build_decoder
-from ..embedded import ensure_pair
+from ..embedded import resolve_model
 from ..methods import Method
-from ..models import Pair, check_available, load_pair
+from ..models import Pair, check_available, load_pair, resolve_device, resolve_dtype, with_drafter
 from . import timing
 from .config import decoder_settings, validate
 from .identity import RunIdentity
@@ -26,40 +26,48 @@ from .store import RunStore, StoreError, duplicated_items, read_timings
 from .tracking import NullTracker, make_tracker
 
 log = logging.getLogger("cactus_bench")
-EMBEDDED = "embedded:tiny/"
-_PAIRS: dict[tuple, Pair] = {}  # a sweep in one process loads each pair once
-
-
-def resolve_model(name: str, cache: str | None = None) -> str:
-    """`embedded:tiny/<role>` -> the cached embedded pair's folder (built on first use, under `cache`)."""
-    if name.startswith(EMBEDDED):
-        return str(ensure_pair(cache, log=log.info) / name[len(EMBEDDED) :])
-    return name
+_PAIR: dict[tuple, Pair] = {}  # the verifier (and drafter) in memory: a sweep loads each model once
 
 
 class ModelLoadError(RuntimeError):
     """The pair could not be loaded; the message names the key to change."""
 
 
-def get_pair(cfg: DictConfig) -> Pair:
+def get_pair(cfg: DictConfig, method: Method) -> Pair:
+    """The run's models: the verifier, and the drafter only if the method uses one (the verifier alone never
+    resolves, builds or loads a drafter). A later run with the same verifier reuses it."""
     p = cfg.pair
-    key = (p.drafter, p.verifier, p.dtype, p.device, str(p.verifier_device_map), p.revision)
-    if key not in _PAIRS:
-        drafter, verifier = resolve_model(p.drafter, cfg.paths.cache), resolve_model(p.verifier, cfg.paths.cache)
-        check_available({"drafter": drafter, "verifier": verifier}, p.revision)
-        _PAIRS.clear()  # one pair in memory at a time
-        device_map = (
-            OmegaConf.to_container(p.verifier_device_map)
-            if isinstance(p.verifier_device_map, DictConfig)
-            else p.verifier_device_map
-        )
-        try:
-            _PAIRS[key] = load_pair(
-                drafter, verifier, dtype=p.dtype, device=p.device, verifier_device_map=device_map, revision=p.revision
+    verifier = resolve_model(p.verifier, cfg.paths.cache, log.info)
+    drafter = resolve_model(p.drafter, cfg.paths.cache, log.info) if method.uses_drafter else None
+    check_available({"verifier": verifier} | ({"drafter": drafter} if drafter else {}), p.revision)
+    key = (verifier, p.verifier_dtype or p.dtype, p.device, str(p.verifier_device_map), p.revision)
+    pair = _PAIR.get(key)
+    try:
+        if pair is None:
+            _PAIR.clear()  # one verifier in memory at a time
+            device_map = p.verifier_device_map
+            if isinstance(device_map, DictConfig):
+                device_map = OmegaConf.to_container(device_map)
+            pair = load_pair(
+                drafter,
+                verifier,
+                dtype=p.dtype,
+                drafter_dtype=p.drafter_dtype,
+                verifier_dtype=p.verifier_dtype,
+                device=p.device,
+                verifier_device_map=device_map,
+                revision=p.revision,
+                log=log.info,
             )
-        except (OSError, ValueError, RuntimeError) as e:  # missing files, tokenizer mismatch, too big to fit
-            raise ModelLoadError(f"loading the pair (pair={p.name}: {p.drafter} + {p.verifier}) failed: {e}") from e
-    return _PAIRS[key]
+        elif drafter is not None:
+            wanted = str(resolve_dtype(p.drafter_dtype or p.dtype, resolve_device(p.device))).replace("torch.", "")
+            if (pair.drafter_id, pair.drafter_dtype) != (drafter, wanted):
+                pair = with_drafter(pair, drafter, p.drafter_dtype or p.dtype, p.device, p.revision, log.info)
+    except (OSError, ValueError, RuntimeError) as e:  # missing files, tokenizer mismatch, too big to fit
+        models = f"{p.drafter} + {p.verifier}" if drafter else p.verifier
+        raise ModelLoadError(f"loading the pair (pair={p.name}: {models}) failed: {e}") from e
+    _PAIR[key] = pair
+    return pair
 
 
 class Terminated(KeyboardInterrupt):
@@ -97,7 +105,7 @@ def _run(cfg: DictConfig, method: Method | None) -> dict:
     store = RunStore.open(cfg)  # the run's (or shard's) lock first: a second writer is refused before any load
     tracker = NullTracker()
     try:
-        pair = get_pair(cfg)
+        pair = get_pair(cfg, method)
         settings = decoder_settings(cfg)
         decoder = build_decoder(pair, method, settings)
         bench.prepare(pair, f"{cfg.pair.name}-{method.tag}")
@@ -130,12 +138,16 @@ def _run(cfg: DictConfig, method: Method | None) -> dict:
             finished.append(record)
             tracker.log_sample(len(finished), record)
             live = metrics.derive(metrics.pool(finished))
-            bar.set_postfix(AL=f"{live['accepted_length'] or 0:.2f}", tok_s=f"{live['tokens_per_s'] or 0:.1f}")
+            bar.set_postfix(AL=_shown(live["accepted_length"], "{:.2f}"), tok_s=_shown(live["tokens_per_s"], "{:.1f}"))
         bar.close()
         if method.uses_drafter and (cfg.paired_timing or (cfg.timing_sample and cfg.batch_size != 1)):
             time_sample(cfg, bench, pair, method, store, items, mine, device)
         summary = merge(cfg, method, bench, store, [bench.key(item) for item in items])
-        store.finish("complete" if summary["complete"] else "incomplete")
+        # complete: this process's items are all stored (a shard's own; the run's summary says the rest)
+        mine_done = summary["complete"] or (
+            store.shard is not None and "/".join(map(str, store.shard)) not in summary["missing_shards"]
+        )
+        store.finish("complete" if mine_done else "incomplete", limit=cfg.limit)
         if cfg.tracking.backend != "none":
             tracker.log_figures(accepted_length_figure(finished, store.folder))
         tracker.finish(summary, store.samples())
@@ -221,14 +233,19 @@ def merge(cfg: DictConfig, method: Method, bench: Benchmark, store: RunStore, wa
     return summary
 
 
+def _shown(value: float | None, fmt: str) -> str:
+    return "–" if value is None else fmt.format(value)  # "–" as in the tables: no figure, not a zero
+
+
 def summarise(cfg: DictConfig, method: Method, samples: list[dict], bench: Benchmark) -> dict:
+    ident = RunIdentity.of(cfg)
     return {
-        "run_key": RunIdentity.of(cfg).key,
-        "pair": cfg.pair.name,
+        "run_key": ident.key,
+        "pair": ident.pair_name,
         "method": method.name,
         "params": dict(method.params),
         "data": cfg.data.name,
-        "m": cfg.m,
+        "m": ident.m,  # null for the verifier alone: it drafts nothing
         "seed": cfg.seed,
         "experiment": cfg.experiment_name,
         **metrics.decode_metrics(samples),

@@ -29,7 +29,9 @@ class PairConfig:
     drafter: str = MISSING
     verifier: str = MISSING
     max_gen_toks: int = 4096  # the pair's default token budget (the top-level max_gen_toks reads it)
-    dtype: str = "auto"
+    dtype: str = "auto"  # both models' (bf16 on CUDA, fp32 on a CPU), unless one of the two below is set
+    drafter_dtype: str | None = None
+    verifier_dtype: str | None = None
     device: str = "auto"
     verifier_device_map: Any = None
     revision: str | None = None
@@ -107,6 +109,7 @@ class RunConfig:
     limit: int | None = doc("decode the first N items (null: all)", None)
     max_gen_toks: int = doc("token budget per reply (the pair's: 4096; 128 for pair=tiny)", 4096)
     shard: str | None = doc("i/n: decode only items i, i+n, ... (a cluster job each)", None)
+    pack: Any = doc("set by the sweep (slots_per_gpu): the runs of one SLURM job, one per task", None)
     batch_size: Any = doc(
         "items decoded at once (auto: as many as fit the device's memory); not part of a run's identity", 1
     )

@@ -161,6 +161,14 @@ def unwritable(path: Path, e: OSError) -> str:
     )
 
 
+def slurm_job() -> str | None:
+    """The SLURM job (array tasks as <array>_<task>) this process runs in, if any."""
+    env = os.environ
+    if env.get("SLURM_ARRAY_JOB_ID"):
+        return f"{env['SLURM_ARRAY_JOB_ID']}_{env.get('SLURM_ARRAY_TASK_ID', '')}"
+    return env.get("SLURM_JOB_ID")
+
+
 class RunStore:
     def __init__(self, folder: Path, shard: tuple[int, int] | None = None):
         self.folder = Path(folder)
@@ -200,6 +208,7 @@ class RunStore:
                     "t_start": time.time(),
                     "host": socket.gethostname(),
                     "pid": os.getpid(),
+                    "slurm_job": slurm_job(),
                     # how this process decodes (not part of the run's identity)
                     "engine": OmegaConf.to_container(cfg.engine, resolve=True),
                     "batch_size": cfg.batch_size,
@@ -245,12 +254,12 @@ class RunStore:
         except OSError as e:
             raise StoreError(unwritable(path, e)) from None
 
-    def finish(self, status: str = "complete") -> None:
-        """Record how this process ended and release the lock."""
+    def finish(self, status: str = "complete", **facts) -> None:
+        """Record how this process ended (and `facts`, e.g. the limit it finished at) and release the lock."""
         try:
             manifest = self.manifest()
             now = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-            manifest.update(status=status, ended=now)
+            manifest.update(status=status, ended=now, **facts)
             manifest.setdefault("history", [{}])[-1].update(end=now, t_end=time.time(), status=status)
             self.write_manifest(manifest)
         finally:

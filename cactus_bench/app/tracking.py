@@ -47,8 +47,8 @@ def wandb_config(cfg: DictConfig) -> dict:
     flat = {
         "method": ident.method,
         **ident.params,
-        "m": cfg.m,
-        "pair": cfg.pair.name,
+        "m": ident.m,
+        "pair": ident.pair_name,
         "data": cfg.data.label,
         "seed": cfg.seed,
         "sampling_temperature": cfg.sampling.temperature,

@@ -78,9 +78,9 @@ class GenerationOutput:
         return metrics.METRICS.get(name).pooled(self.counters())
 
     @property
-    def accepted_length(self) -> float:
-        """AL: mean accepted drafts per verifier call (the paper's AL_m)."""
-        return self.metric("accepted_length") or 0.0
+    def accepted_length(self) -> float | None:
+        """AL: mean accepted drafts per verifier call (the paper's AL_m); None when nothing was drafted."""
+        return self.metric("accepted_length")
 
     @property
     def tau(self) -> float:

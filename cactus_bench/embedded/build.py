@@ -146,7 +146,7 @@ def _locked(lock_path: Path, log: Callable[[str], None] = print):
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            log(f"waiting for another process that is building the embedded pair ({lock_path})")
+            log(f"waiting for another process that is building this cache ({lock_path})")
             fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
@@ -159,16 +159,28 @@ def ensure_pair(
 ) -> Path:
     """The cached pair's folder, building it first if it is missing, partial or corrupt."""
     folder = pair_dir(Path(cache_dir) if cache_dir else None, spec)
+    return cached_build(folder, lambda out: build(out, spec, log), log, rebuild)
+
+
+def cached_build(
+    folder: Path, make: Callable[[Path], object], log: Callable[[str], None], rebuild: bool = False
+) -> Path:
+    """`folder`, made by `make(tmp)` first if it is missing, partial or corrupt: one builder at a time (a
+    lock file), built in a temporary folder renamed into place, with a manifest of sha256 sums."""
     with _locked(folder.with_name(folder.name + ".lock"), log):
         problem = "rebuild requested" if rebuild else cache_problem(folder)
         if problem is None:
             return folder
         if problem != "missing":
-            log(f"embedded pair cache {folder} is {problem}: rebuilding")
+            log(f"cache {folder} is {problem}: rebuilding")
         shutil.rmtree(folder, ignore_errors=True)
         tmp = folder.with_name(folder.name + f".tmp-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
-        build(tmp, spec, log)
+        make(tmp)
+        files = {
+            str(p.relative_to(tmp)): _sha256(p) for p in sorted(tmp.rglob("*")) if p.is_file() and p.name != MANIFEST
+        }
+        write_text_atomic(tmp / MANIFEST, json.dumps({"files": files}, indent=1))
         os.replace(tmp, folder)
     return folder
 
@@ -227,8 +239,6 @@ def build(out: Path, spec: dict = SPEC, log: Callable[[str], None] = print) -> d
         params={r: sum(p.numel() for p in m.parameters()) for r, m in models.items()},
     )
     write_text_atomic(out / "quality.json", json.dumps(quality, indent=1))
-    files = {str(p.relative_to(out)): _sha256(p) for p in sorted(out.rglob("*")) if p.is_file()}
-    write_text_atomic(out / MANIFEST, json.dumps({"files": files}, indent=1))
     log("embedded pair quality: " + format_quality(quality))
     return quality
 

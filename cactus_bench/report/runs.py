@@ -110,9 +110,11 @@ def references(runs: list[Run], identity: RunIdentity) -> dict[str, Run | None]:
 
 
 def stored_references(runs_dir: Path | str, identity: RunIdentity) -> dict[str, Run | None]:
-    """The same, read from their own folders only (tracking, at the end of one run)."""
+    """The same, read from their own folders only (tracking, at the end of one run): a reference is filed
+    under its dataset, in whichever pair folder (the verifier alone's is named after its verifier)."""
     found = {}
     for which in ("sps", "baseline"):
-        ref = identity.reference(which)
-        found[which] = next(iter(load_runs(ref.folder(runs_dir))), None) if ref.folder(runs_dir).is_dir() else None
+        key = identity.reference(which).key
+        folders = sorted(Path(runs_dir, identity.data_label).glob(f"*/*_{key}"))
+        found[which] = next((r for f in folders for r in load_runs(f) if r.key == key), None)
     return found

@@ -83,13 +83,18 @@ def cell_values(spec: dict, row: dict, data: str) -> dict:
         "params": row_params(row),
     }
     for key in ("limit", "max_gen_toks", "timing_sample"):
-        if spec.get(key) is not None:
+        if _given(spec.get(key)):
             node[key] = int(spec[key])
-    if spec.get("batch_size") is not None:
+    if _given(spec.get("batch_size")):
         node["batch_size"] = spec["batch_size"] if spec["batch_size"] == "auto" else int(spec["batch_size"])
     if spec.get("paired_timing") is not None:
         node["paired_timing"] = bool(spec["paired_timing"])
     return node
+
+
+def _given(value) -> bool:
+    """A spec value that is set: `key=null` on the sweep's command line unsets the spec's (config default)."""
+    return value is not None and str(value).lower() not in ("null", "none")
 
 
 def run_overrides(spec: dict, row: dict, data: str) -> list[str]:

@@ -4,7 +4,9 @@ from cactus_bench.report.specs import compose
 
 
 def pair_overrides(pair_dir) -> list[str]:
-    return [f"pair.drafter={pair_dir / 'drafter'}", f"pair.verifier={pair_dir / 'verifier'}"]
+    """The embedded pair's code path on a small pair built for the tests, filed as `small` (not `tiny`: a
+    stock pair's name is kept for its own models)."""
+    return [f"pair.drafter={pair_dir / 'drafter'}", f"pair.verifier={pair_dir / 'verifier'}", "pair.name=small"]
 
 
 def cfg_of(*overrides, results=None, pair_dir=None):

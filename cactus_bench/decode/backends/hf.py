@@ -35,7 +35,8 @@ def resolve_engine(engine: str, pair: Pair) -> str:
     (compiling costs minutes there and gains little) or when the verifier is spread over several devices."""
     if engine != "auto":
         return engine
-    devices = {p.device for p in pair.verifier.parameters()} | {p.device for p in pair.drafter.parameters()}
+    models = [m for m in (pair.verifier, pair.drafter) if m is not None]
+    devices = {p.device for m in models for p in m.parameters()}
     return "fast" if all(d.type == "cuda" for d in devices) and len(devices) == 1 else "eager"
 
 

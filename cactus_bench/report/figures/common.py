@@ -52,6 +52,8 @@ def runs_frame(runs: list[Run]) -> pd.DataFrame:
                 "score": s.get("score"),
                 "score_stderr": s.get("score_stderr"),
                 "accepted_length": s.get("accepted_length"),
+                "output_kl": s.get("output_kl"),
+                "target_kl": s.get("target_kl"),
                 "run": r,
             }
         )

