@@ -27,7 +27,7 @@ SWEEP_ARGS = $(if $(PAIR),pair=$(PAIR)) $(if $(LIMIT),limit=$(LIMIT)) $(if $(DAT
 
 .DEFAULT_GOAL := help
 .PHONY: help install test test-slow test-real test-cluster reproduce-smollm2 test-compat test-all lint format demo reproduce-table1 reproduce-table2 reproduce-delta-grid reproduce-figure4 reproduce-lossy plan figures embedded bench-rules \
-	bench-speed bench-fast bench-launch bench-batch device-check-cpu
+	bench-speed bench-fast bench-launch bench-batch bench-scoring device-check-cpu
 
 help:  ## List the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-20s\033[0m %s\n", $$1, $$2}'
@@ -125,6 +125,9 @@ bench-launch:  ## Dispatched ops and host reads per decode round, per engine (ti
 
 bench-batch:  ## Items/s at batch size 16 vs 1 on the embedded pair, each engine; results/bench/batch.*
 	$(OFFLINE_ENV) $(PY) scripts/bench_batch.py --out results/bench/batch
+
+bench-scoring:  ## Seconds per GPQA reply scored (lm-eval's chains, the thinking filter) vs lm-eval's stock helpers; results/bench/scoring.*
+	$(OFFLINE_ENV) $(PY) scripts/bench_scoring.py --out results/bench/scoring
 
 device-check-cpu:  ## The GPU device check's CPU dry run (small shapes); writes results/gpu/cpu_small.*
 	$(PY) scripts/device_check.py --small --out results/gpu/cpu_small

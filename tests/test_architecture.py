@@ -186,3 +186,53 @@ def test_rej_reproduces_the_papers_column_from_its_own_accepted_lengths():
         ours[data] = [round(metrics.rej(samples(al), samples(sps_al))) for al, _ in rows]
         assert all(abs(o - printed) <= 2 for o, (_, printed) in zip(ours[data], rows))
     assert ours == {"gsm8k": [-30, -35, -33], "gpqa": [-45, -46, -49]}
+
+
+def test_one_identity_from_the_cli_to_the_store_report_sweep_plan_and_wandb(small_pair_dir, tmp_path):
+    """A cell composed by a spec (what sweep, report and plan do) and the same run from the CLI's overrides
+    (what a user types) agree: one key for the store's folder, the summary, the manifest, the report's
+    lookup, the sweep's "finished" check, the plan's stored-run lookup and W&B's run id and config."""
+    import json
+
+    from cactus_bench.app import run as run_mod
+    from cactus_bench.app.identity import RunIdentity
+    from cactus_bench.app.store import run_dir
+    from cactus_bench.app.tracking import wandb_config
+    from cactus_bench.report import compose_cell, find_run, load_runs, load_spec
+    from cactus_bench.report.specs import compose, pair_spec
+    from cactus_bench.sweep import shard_finished
+
+    from .helpers.configs import pair_overrides
+
+    spec = load_spec(ROOT / "sweeps" / "demo.yaml", {"pair": "tiny", "limit": 1, "max_gen_toks": 4, "m": 2})
+    row = next(r for r in spec["rows"] if r["method"] == "cactus")
+    extra = [*pair_overrides(small_pair_dir), f"paths.runs={tmp_path}", "progress=false"]
+    cell = compose_cell(pair_spec(spec, "tiny"), row, "arith", extra)
+    typed = compose(
+        (
+            "pair=tiny",
+            "data=arith",
+            "method=cactus",
+            f"delta={row['delta']}",
+            "m=2",
+            "limit=1",
+            "max_gen_toks=4",
+            *extra,
+        )
+    )
+    ident = RunIdentity.of(typed)
+    assert RunIdentity.of(cell) == ident and not shard_finished(cell, "0/1")
+    run_mod.run(typed)
+
+    folder = run_dir(cell)
+    assert folder == ident.folder(tmp_path) and folder.name.endswith(ident.key)
+    summary = json.loads((folder / "summary.json").read_text())
+    manifest = json.loads((folder / "manifest.json").read_text())
+    stored = find_run(load_runs(tmp_path), cell)
+    assert (
+        stored is not None and stored.key == summary["run_key"] == ident.key == RunIdentity(**manifest["identity"]).key
+    )
+    assert shard_finished(cell, "0/1")
+    assert wandb_config(cell)["run_key"] == ident.key and wandb_config(cell)["pair"] == stored.pair_name == "small"
+    other = compose_cell(pair_spec(spec, "tiny"), row | {"delta": 0.5}, "arith", extra)
+    assert RunIdentity.of(other).key != ident.key and find_run(load_runs(tmp_path), other) is None  # control

@@ -21,9 +21,6 @@ from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("cactus_bench")
-# squeue's states of a job that has not ended (submitit's list, plus states squeue has and sacct does not)
-UNFINISHED = {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "SUSPENDED", "CONFIGURING",
-              "COMPLETING", "STAGE_OUT", "SIGNALING", "PREEMPTED"}  # fmt: skip
 
 
 class JobsUnfinished(RuntimeError):
@@ -37,18 +34,13 @@ def accounting_works() -> bool:
     return done.returncode == 0
 
 
-def squeue_states(user: str | None = None) -> dict[str, str]:
-    """job id (array tasks as `<array>_<task>`) -> state, for the user's jobs squeue still knows."""
-    cmd = ["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T", "-u", user or os.environ.get("USER", "root")]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    return dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
-
-
 def _squeue_watcher():
     """submitit's watcher reading `squeue` instead of `sacct`; a job squeue no longer lists has ended."""
     from submitit.slurm.slurm import SlurmInfoWatcher
 
     class SqueueWatcher(SlurmInfoWatcher):
+        reads_squeue = True  # installed once per process
+
         def _make_command(self):
             return ["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T|%N", "-u", os.environ.get("USER", "root")]
 
