@@ -3,8 +3,9 @@
     python -m cactus_bench.plan sweeps/table1.yaml [shards=8] [gpu=h100|a100|h200] [slots_per_gpu=2] [limit=...]
 
 For every cell of the table spec: items, expected generated tokens per item, and GPU hours side by side for
-the eager engine and the fast one at batch size 1, and the fast one at the spec's batch size (`auto`: what
-fits the card's memory), plus the timing sample's hours; then the wall time with the chosen shards (one
+the eager engine and the fast one at batch size 1, and the engine the spec runs (`engine:`; `auto` is the
+fast one on a GPU) at the spec's batch size (`auto`: what fits the card's memory), plus the timing sample's
+hours; then the wall time with the chosen shards (one
 job per shard, `slots_per_gpu` jobs per GPU). Every figure says where it comes from: `stored` (the store's runs),
 `measured` (results/gpu/<gpu>.json from `scripts/device_check.py`), or `estimate` (the model below).
 
@@ -163,7 +164,8 @@ def cell_cost(cfg, run, gpu: str, timing_sample: int | None, gpus: int = 1, slot
         if one is None or verifier is None
         else timed * (one + tokens * forward_seconds(verifier, gpu, "fast")) / 3600
     )
-    chosen, packed = hours("fast", rows), hours("fast", rows * slots)
+    engine = "eager" if cfg.engine.name == "eager" else "fast"  # auto: fast on CUDA, and a plan is for GPUs
+    chosen, packed = hours(engine, rows), hours(engine, rows * slots)
     return {
         "items": items,
         "tokens/item": round(tokens),
@@ -171,7 +173,8 @@ def cell_cost(cfg, run, gpu: str, timing_sample: int | None, gpus: int = 1, slot
         "B": rows,
         "eager B=1 GPU h": hours("eager", 1),
         "fast B=1 GPU h": hours("fast", 1),
-        "fast B GPU h": chosen,
+        "engine": engine,
+        "chosen GPU h": chosen,
         "timing GPU h": timing,
         "time from": effective_bandwidth(gpu)[1],
         "wall h": None if packed is None else (packed + (timing or 0)) / max(1, min(gpus, items)),
@@ -221,7 +224,8 @@ def main(argv: list[str] | None = None) -> str:
         f"{', timing sample ' + str(spec['timing_sample']) if spec.get('timing_sample') else ''}. "
         f"`estimate` figures come from the cost model (weights and KV cache streamed at {EFFICIENCY:.0%} of "
         f"{BANDWIDTH[gpu] / 1e12:.2f} TB/s, launch-bound floors for eager and compiled forwards), not a "
-        "measurement; `chosen` is the fast engine at the spec's batch size plus its timing sample.\n\n"
+        "measurement; `chosen` is the engine the runs will use (the spec's `engine`; `auto` is the fast one on a "
+        "GPU) at the spec's batch size; `timing` is its timing sample at batch size 1.\n\n"
         + df.to_markdown(index=False, floatfmt=".2f")
         + "\n"
     )

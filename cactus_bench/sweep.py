@@ -3,12 +3,13 @@
     python -m cactus_bench.sweep sweeps/table2.yaml [pair=tiny] [limit=2] [data=arith] [other Hydra overrides]
     python -m cactus_bench.sweep sweeps/table1.yaml shards=8 hydra/launcher=slurm       # a cluster
 
-`pair`, `limit`, `data` (comma-separated), `m`, `max_gen_toks` and `seed` override the spec; any other
-key=value is passed to every run as a Hydra override. Without `shards` or a launcher, runs happen in this
-process, one pair load for all. With them, every cell × shard is one job of a single Hydra multirun on the
-chosen launcher (`hydra/launcher=slurm`: one GPU per job; `hydra/launcher=local_gpus`: one machine's GPUs):
-each cell is written as a config (`+cell=...`) beside the multirun's files, and the last shard of a run to
-finish writes its summary. Either way every run resumes from the store, and the table follows.
+`pair`, `limit`, `data` (comma-separated), `m`, `max_gen_toks`, `seed`, `batch_size`, `timing_sample` and
+`engine` override the spec; any other key=value is passed to every run as a Hydra override. Without
+`shards` or a launcher, runs happen in this process, one pair load for all. With them, every cell × shard
+is one job of a single Hydra multirun on the chosen launcher (`hydra/launcher=slurm`: one job array, one
+GPU per task; `hydra/launcher=local_gpus`: one machine's GPUs): each run is written as a config
+(`+run=...`) beside the multirun's files, and the last shard of a run to finish writes its summary. Either
+way every run resumes from the store, and the table follows.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from .methods import Method
 from .report import compose, figures, load_runs, load_spec, render_table
 from .report.specs import cell_config, pair_spec, run_overrides, spec_pairs
 
-SPEC_KEYS = ("pair", "limit", "data", "m", "max_gen_toks", "seed", "batch_size", "timing_sample")
+SPEC_KEYS = ("pair", "limit", "data", "m", "max_gen_toks", "seed", "batch_size", "timing_sample", "engine")
 
 
 def parse(argv: list[str]) -> tuple[str, dict, list[str]]:

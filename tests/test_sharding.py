@@ -87,8 +87,10 @@ def test_plan_prints_a_costed_table_for_table1():
     total = [
         c.strip() for c in next(line for line in text.splitlines() if line.startswith("| total")).strip("|").split("|")
     ]
-    eager, fast, batched = (float(total[cols.index(c)]) for c in ("eager B=1 GPU h", "fast B=1 GPU h", "fast B GPU h"))
-    assert eager > 4 * fast > 4 * batched
+    eager, fast, batched = (float(total[cols.index(c)]) for c in ("eager B=1 GPU h", "fast B=1 GPU h", "chosen GPU h"))
+    assert eager > 4 * fast > 4 * batched and "| fast " in rows[0]  # the spec's engine (auto) is the fast one
+    forced = main(["sweeps/table1.yaml", "engine=eager", "gpu=h200"])  # a spec or override naming eager is costed so
+    assert "| eager " in next(line for line in forced.splitlines() if line.startswith("| gsm8k"))
     assert main(["sweeps/table1.yaml", "shards=8", "slots_per_gpu=2", "gpu=h200"]).count("(4 GPU(s))") == 1
 
 
@@ -109,3 +111,25 @@ def test_the_sweep_writes_each_cell_as_the_same_run(small_pair_dir, tmp_path):
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             via_cell = compose("config", overrides=[f"hydra.searchpath=[file://{tmp_path}]", f"+cell=c{i}"])
         assert RunIdentity.of(via_cell) == RunIdentity.of(compose_cell(spec, row, "gpqa")), row["label"]
+
+
+def test_every_sweep_states_its_engine_and_its_cells_run_it():
+    """A sweep names the engine its runs use (issue 21), and both ways of running a cell (in-process
+    overrides, a multirun's `+run` config) carry it; a sweep's `engine=` override replaces it."""
+    from cactus_bench.report import compose_cell, load_spec
+    from cactus_bench.report.specs import cell_config
+    from cactus_bench.sweep import parse
+
+    engines = {p.stem for p in (CONF_DIR / "engine").glob("*.yaml")}
+    specs = [p for p in sorted((ROOT / "sweeps").glob("*.yaml")) if "\nrows:" in p.read_text()]  # not W&B's
+    assert len(specs) >= 7
+    for path in specs:
+        spec = load_spec(path)
+        assert spec.get("engine") in engines, path.name
+        row, data = spec["rows"][0], spec["data"][0]
+        assert compose_cell(spec, row, data).engine.name == spec["engine"]
+        assert {"override /engine": spec["engine"]} in cell_config(spec, row, data)["defaults"]
+    _, spec_overrides, hydra_overrides = parse(["sweeps/table1.yaml", "engine=eager"])
+    assert spec_overrides == {"engine": "eager"} and hydra_overrides == []
+    spec = load_spec(ROOT / "sweeps" / "table1.yaml", spec_overrides)
+    assert compose_cell(spec, spec["rows"][1], "gsm8k").engine.name == "eager"

@@ -89,6 +89,8 @@ def cell_values(spec: dict, row: dict, data: str) -> dict:
         node["batch_size"] = spec["batch_size"] if spec["batch_size"] == "auto" else int(spec["batch_size"])
     if spec.get("paired_timing") is not None:
         node["paired_timing"] = bool(spec["paired_timing"])
+    if _given(spec.get("engine")):
+        node["engine"] = str(spec["engine"])
     return node
 
 
@@ -109,7 +111,8 @@ def cell_config(spec: dict, row: dict, data: str) -> dict:
     """The same cell as a config group option (`# @package _global_`), for a multirun's `+cell=...`."""
     cell = cell_values(spec, row, data)
     params = cell.pop("params")
-    node = {"defaults": [{f"override /{g}": cell.pop(g)} for g in ("pair", "data", "method")], **cell}
+    groups = [g for g in ("pair", "data", "method", "engine") if g in cell]
+    node = {"defaults": [{f"override /{g}": cell.pop(g)} for g in groups], **cell}
     if params:
         node["method"] = {"params": params}
     return node
