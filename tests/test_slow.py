@@ -139,12 +139,7 @@ def test_paired_speedups_of_equal_methods_agree_on_a_busy_machine(env):
 
 # What a shared machine runs beside us: other torch jobs, each with torch's default threads (every core).
 COMPETITORS = 2
-TORCH_LOAD = (
-    "import torch\n"
-    "a = torch.randn(256, 256)\n"
-    "while True:\n"
-    "    a = torch.tanh(a @ a)\n"
-)
+TORCH_LOAD = "import torch\na = torch.randn(256, 256)\nwhile True:\n    a = torch.tanh(a @ a)\n"
 
 
 def test_a_wheel_install_finds_its_configs(tmp_path):
