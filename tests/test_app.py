@@ -18,6 +18,7 @@ from cactus_bench.benchmarks.task import TaskBenchmark
 from cactus_bench.report import figures, load_runs, load_spec, render_table
 
 from .helpers.configs import cfg_of, pair_overrides
+from .helpers.runs import run_killed_after
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -188,23 +189,12 @@ def test_paired_timing_decodes_the_verifier_alone_beside_each_item(small_pair_di
 def test_killed_run_resumes_without_duplicates_or_recomputation(small_pair_dir, tmp_path, monkeypatch):
     args = ("pair=tiny", "data=arith", "method=sps", "limit=5", "m=2", "max_gen_toks=10", "progress=false")
     cfg = cfg_of(*args, results=tmp_path, pair_dir=small_pair_dir)
-    real = TaskBenchmark.decode
-    calls = []
-
-    def crash_after_two(self, decoder, items):
-        for record in real(self, decoder, items):
-            if len(calls) == 2:
-                raise KeyboardInterrupt  # killed mid-run
-            calls.append(record["index"])
-            yield record
-
-    monkeypatch.setattr(TaskBenchmark, "decode", crash_after_two)
-    with pytest.raises(KeyboardInterrupt):
-        run_mod.run(cfg)
+    calls = run_killed_after(cfg, 2, monkeypatch)  # killed mid-run
     folder = run_dir(cfg)
     assert json.loads((folder / "manifest.json").read_text())["status"] == "interrupted"
     with open(folder / "samples.jsonl", "a") as f:
         f.write('{"index": 2, "id": 2, "respo')  # a write cut off by the crash
+    real = TaskBenchmark.decode
 
     def record_calls(self, decoder, items):
         calls.extend(item.index for item in items)

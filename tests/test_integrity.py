@@ -23,6 +23,7 @@ from cactus_bench.report import load_runs, load_spec, render_table
 
 from .helpers.cli import run_main
 from .helpers.configs import cfg_of, pair_overrides
+from .helpers.runs import run_killed_after
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ("pair=tiny", "data=arith", "m=2", "max_gen_toks=8", "progress=false")
@@ -284,25 +285,9 @@ def test_scores_are_named_after_the_whole_folder():
 # --- batched runs resume at any batch size ---------------------------------------------------------------------
 
 
-def test_a_run_killed_at_batch_16_resumes_at_batch_4_with_every_item_once(small_pair_dir, tmp_path):
-    from cactus_bench.benchmarks.task import TaskBenchmark
-
+def test_a_run_killed_at_batch_16_resumes_at_batch_4_with_every_item_once(small_pair_dir, tmp_path, monkeypatch):
     cfg16 = cfg_of(*TINY, "method=cactus", "limit=24", "batch_size=16", results=tmp_path, pair_dir=small_pair_dir)
-    real, seen = TaskBenchmark.decode, []
-
-    def killed(self, decoder, items):
-        for record in real(self, decoder, items):
-            if len(seen) == 9:
-                raise KeyboardInterrupt
-            seen.append(record["index"])
-            yield record
-
-    TaskBenchmark.decode = killed
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            run_mod.run(cfg16)
-    finally:
-        TaskBenchmark.decode = real
+    assert len(run_killed_after(cfg16, 9, monkeypatch)) == 9
     cfg4 = cfg_of(*TINY, "method=cactus", "limit=24", "batch_size=4", results=tmp_path, pair_dir=small_pair_dir)
     assert run_dir(cfg4) == run_dir(cfg16)  # the batch size is not part of the run's identity
     summary = run_mod.run(cfg4)

@@ -21,6 +21,7 @@ from cactus_bench.report import load_runs, load_spec, render_table
 
 from .helpers.cli import run_main
 from .helpers.configs import cfg_of
+from .helpers.runs import run_killed_after
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -119,27 +120,13 @@ def test_an_empty_table_never_replaces_a_file(tmp_path):
     assert not (tmp_path / "table1.csv").exists()
 
 
-def test_chaos_every_item_once(small_pair_dir, tmp_path):
+def test_chaos_every_item_once(small_pair_dir, tmp_path, monkeypatch):
     """Two writers, a kill mid-append, a corrupt line and a stale lock: the run ends with every item once."""
     cfg = cfg_of(*TINY, "limit=4", results=tmp_path, pair_dir=small_pair_dir)
     from cactus_bench.benchmarks.task import TaskBenchmark
 
     real = TaskBenchmark.decode
-    calls = []
-
-    def killed_after_two(self, decoder, items):
-        for record in real(self, decoder, items):
-            if len(calls) == 2:
-                raise KeyboardInterrupt
-            calls.append(record["index"])
-            yield record
-
-    TaskBenchmark.decode = killed_after_two
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            run_mod.run(cfg)
-    finally:
-        TaskBenchmark.decode = real
+    run_killed_after(cfg, 2, monkeypatch)
     folder = run_dir(cfg)
     with open(folder / "samples.jsonl", "a") as f:
         f.write('{"index": 2, "id": 2, "resp')  # the kill cut a line short
