@@ -335,6 +335,39 @@ def precision(role: str, name: str, config, dtype: torch.dtype) -> str:
 # --- random models (tests, benchmarks, the embedded pair's initialisation, the device check) -------------
 
 
+def qwen3_shape(
+    vocab_size: int,
+    hidden_size: int,
+    layers: int,
+    heads: int,
+    kv_heads: int,
+    *,
+    intermediate_size: int | None = None,
+    max_positions: int = 512,
+    tie_word_embeddings: bool = False,
+    eos_token_id: int | None = None,
+    pad_token_id: int | None = None,
+    **extra,
+) -> dict:
+    """The config keywords of a small Qwen3 (head_dim = hidden / heads, no BOS): one description shared by
+    the random models of tests and benchmarks and the embedded pair's trained ones."""
+    return dict(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size or 3 * hidden_size,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=hidden_size // heads,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=tie_word_embeddings,
+        bos_token_id=None,
+        eos_token_id=eos_token_id,
+        pad_token_id=pad_token_id,
+        **extra,
+    )
+
+
 def random_lm(
     config: PretrainedConfig | str,
     seed: int,

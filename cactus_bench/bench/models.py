@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..models import random_lm
+from ..models import qwen3_shape, random_lm
 
 SHAPES = {  # the real Qwen3 shapes (config.json of the hub models), and small ones for CPU dry runs
     "qwen3-0.6b": dict(
@@ -83,21 +83,12 @@ def self_speculative_pair(
     The verifier's later layers write a scaled-down update into the residual stream, so the two agree
     often, as a trained drafter/verifier pair does; random pairs otherwise accept almost nothing, which
     makes speed comparisons meaningless."""
-    shape = dict(
-        vocab_size=vocab_size,
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size or 3 * hidden_size,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        head_dim=hidden_size // heads,
-        max_position_embeddings=max_positions,
-        tie_word_embeddings=False,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
-    )
-    verifier = random_lm("qwen3", seed + 1, logit_scale=logit_scale, num_hidden_layers=verifier_layers, **shape)
-    drafter = random_lm("qwen3", seed, num_hidden_layers=1, **shape)
+    shape = qwen3_shape(
+        vocab_size, hidden_size, verifier_layers, heads, kv_heads, intermediate_size=intermediate_size,
+        max_positions=max_positions,
+    )  # fmt: skip
+    verifier = random_lm("qwen3", seed + 1, logit_scale=logit_scale, **shape)
+    drafter = random_lm("qwen3", seed, **{**shape, "num_hidden_layers": 1})
     with torch.no_grad():
         for layer in verifier.model.layers[1:]:
             layer.self_attn.o_proj.weight.mul_(later_layer_scale)

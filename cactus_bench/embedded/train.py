@@ -9,7 +9,7 @@ from collections.abc import Callable
 import torch
 from transformers import Qwen3Config
 
-from ..models import random_lm
+from ..models import qwen3_shape, random_lm
 
 IGNORE = -100
 
@@ -26,18 +26,18 @@ def model_config(
     max_positions: int = 512,
 ) -> Qwen3Config:
     return Qwen3Config(
-        vocab_size=vocab_size,
-        hidden_size=hidden,
-        intermediate_size=intermediate,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        head_dim=hidden // heads,
-        max_position_embeddings=max_positions,
-        tie_word_embeddings=True,
-        eos_token_id=eos_token_id,
-        pad_token_id=pad_token_id,
-        bos_token_id=None,
+        **qwen3_shape(
+            vocab_size,
+            hidden,
+            layers,
+            heads,
+            kv_heads,
+            intermediate_size=intermediate,
+            max_positions=max_positions,
+            tie_word_embeddings=True,
+            eos_token_id=eos_token_id,
+            pad_token_id=pad_token_id,
+        )
     )
 
 

@@ -2,7 +2,7 @@
 
 import torch
 
-from cactus_bench.models import random_lm
+from cactus_bench.models import qwen3_shape, random_lm
 
 
 def tiny_qwen3(
@@ -18,24 +18,8 @@ def tiny_qwen3(
 ):
     """A random Qwen3, fp32. `logit_scale` peaks its next-token distributions; a larger `init_std` makes
     attention sharper, so the output depends more on the context."""
-    return random_lm(
-        "qwen3",
-        seed,
-        logit_scale=logit_scale,
-        vocab_size=vocab_size,
-        hidden_size=hidden_size,
-        intermediate_size=3 * hidden_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        head_dim=hidden_size // heads,
-        max_position_embeddings=max_positions,
-        tie_word_embeddings=False,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
-        initializer_range=init_std,
-    )
+    shape = qwen3_shape(vocab_size, hidden_size, num_layers, heads, kv_heads, max_positions=max_positions)
+    return random_lm("qwen3", seed, logit_scale=logit_scale, initializer_range=init_std, **shape)
 
 
 def tiny_pair(vocab_size=32, seed=0, logit_scale=40.0, max_positions=512, init_std=0.02):
