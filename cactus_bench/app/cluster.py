@@ -65,7 +65,6 @@ def quiet_accounting() -> None:
         return
     log.info("SLURM accounting (sacct) is off on this cluster: job states are read from squeue")
     slurm.SlurmJob.watcher = _squeue_watcher()
-    slurm.SlurmJob.watcher.reads_squeue = True
 
 
 def launch_array(launcher, job_overrides, initial_job_idx: int) -> list:
@@ -119,7 +118,7 @@ def launch_array(launcher, job_overrides, initial_job_idx: int) -> list:
 
 def which_run(overrides: list[str]) -> str:
     """The overrides that tell a sweep's jobs apart (its run, pack or shard), else all of them."""
-    own = [o for o in overrides if o.startswith(("+run=", "+pack=", "+cell=", "shard="))]
+    own = [o for o in overrides if o.startswith(("+run=", "+pack=", "shard="))]
     return " ".join(own or overrides)
 
 

