@@ -183,3 +183,75 @@ def test_an_item_decodes_the_same_at_any_batch_size(pair):
     ar_one = decode(Engine(pair[1]), jobs(prompts))
     ar_four = decode(Engine(pair[1], options=EngineOptions(4)), jobs(prompts))
     assert [o.tokens for o in ar_one] == [o.tokens for o in ar_four]
+
+
+# --- compiling: before anything is timed, within its limit, at one batch size per process ---------------------
+
+
+def fresh_pair():
+    """Models no test compiled yet (compiled forwards are kept per model)."""
+    return tiny_pair(vocab_size=64, logit_scale=3.0, seed=int(torch.randint(1000, (1,))))
+
+
+@pytest.mark.parametrize("speculative_rule", ["cactus", None], ids=["speculative", "verifier_alone"])
+def test_no_graph_is_compiled_while_an_item_is_timed(speculative_rule):
+    """The warm-up compiles every graph of the run (each key bucket its rows pass through) before the first
+    item is admitted: no item's wall time includes compiling. Control: without the warm-up, the first items
+    compile their graphs while they are timed (what tokens/s and speedups included before)."""
+    prompts = [[1, 2, 3], [4] * 70, [6, 7]]  # rows in two key buckets (64 and 96 positions)
+
+    def compiled_per_item(warm_up):
+        drafter, verifier = fresh_pair()
+        options = EngineOptions(1, "eager", warm_up=warm_up)
+        engine = Engine(verifier, drafter, build_rule("cactus"), 4, options=options)
+        if speculative_rule is None:
+            engine = Engine(verifier, options=options)
+        return [o.graphs_compiled for o in decode(engine, jobs(prompts, new_tokens=20))]
+
+    assert compiled_per_item(True) == [0, 0, 0]
+    assert sum(compiled_per_item(False)) > 0
+
+
+def test_each_model_has_its_own_recompile_limit_and_passing_it_is_an_error(monkeypatch):
+    """Graphs are counted per model (each compiles its own copy of the step), and a model that needs more
+    than the limit stops with one paragraph instead of dynamo's silent fall-back to eager forwards."""
+    monkeypatch.setattr(cache_mod, "RECOMPILE_LIMIT", 2)  # the drafter needs 2 graphs here, the verifier 1
+    drafter, verifier = fresh_pair()
+    engine = Engine(verifier, drafter, build_rule("sps"), 3, options=EngineOptions(1, "eager"))
+    decode(engine, jobs([[1, 2, 3]], new_tokens=12))  # 3 graphs in all: a shared limit of 2 would trip
+    monkeypatch.setattr(cache_mod, "RECOMPILE_LIMIT", 1)
+    drafter, verifier = fresh_pair()
+    engine = Engine(verifier, drafter, build_rule("sps"), 3, options=EngineOptions(1, "eager"))
+    with pytest.raises(cache_mod.RecompileLimitError, match="more than 1 compiled graphs"):
+        decode(engine, jobs([[1, 2, 3]], new_tokens=12))
+
+
+def test_batch_size_auto_is_chosen_once_per_pair_and_process(monkeypatch):
+    """A local sweep's runs (SpS, Cactus, the verifier alone) on a simulated card: the same rows each run, and
+    the caches of earlier runs are neither piled up nor counted as used. Control: measuring free memory
+    afresh after the first run (what the engine did before) picks fewer rows."""
+    drafter, verifier = fresh_pair()
+    capacity, lookahead = cache_mod.capacity_for(3 + 40 + 5), 5
+    per_row = cache_mod.row_bytes([verifier, drafter], capacity, lookahead, 64)
+    card = 10 * per_row / 0.8 + 1  # room for 10 rows
+
+    def pooled_bytes():  # this pair's caches: what the simulated card holds
+        return sum(
+            layer.keys.numel() * layer.keys.element_size() * 2
+            for model in (verifier, drafter)
+            for c in cache_mod._POOL.get(model, {}).values()
+            for layer in c.layers
+            if layer.is_initialized
+        )
+
+    monkeypatch.setattr("cactus_bench.models.free_bytes", lambda device: card - pooled_bytes())
+    chosen = []
+    for rule in ("sps", "cactus", None):
+        if rule is None:
+            engine = Engine(verifier, options=EngineOptions("auto", "eager"))
+        else:
+            engine = Engine(verifier, drafter, build_rule(rule), 4, options=EngineOptions("auto", "eager"))
+        decode(engine, jobs([[1, 2, 3]] * 12, new_tokens=40))
+        chosen.append(engine.vm.rows)
+    assert chosen == [10, 10, 10]
+    assert cache_mod.auto_rows([verifier, drafter], per_row) < 10  # control: the stale caches counted as used

@@ -165,7 +165,9 @@ class Check:
             with torch.inference_mode():  # the engine's caches are inference tensors
                 runner.prefill([0], [self.prompt[: -self.args.m - 1]])
                 runner.set_positions([self.args.context - self.args.m - 1])
-                logits[name] = runner.forward(ids, self.args.context, self.args.m + 1, self.vocab, WARP)[0].float()
+                logits[name] = runner.forward(ids, self.args.context, self.args.m + 1, self.vocab, WARP, logits=True)[
+                    0
+                ].float()
         diff = float((logits["eager"] - logits["fast"]).abs().max())
         scale = float(logits["eager"].abs().max())
         small = [

@@ -17,17 +17,25 @@ position cannot be rolled back. The window is applied by the attention mask this
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import logging
 import time
+import types
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-# One dynamo graph per (new tokens, kv bucket, backend): more than dynamo's default of 8 per function.
-# Applied only around our compiled calls, never to the process's other compiled code.
+log = logging.getLogger("cactus_bench")
+
+# One dynamo graph per (new tokens, kv bucket, rows) of one model: more than dynamo's default of 8 per
+# function. Each model compiles its own copy of `_step` (its own limit), and passing the limit is an error,
+# never dynamo's silent fall-back to eager (launch-bound: every timing would be wrong). Applied only around
+# our compiled calls, never to the process's other compiled code.
 RECOMPILE_LIMIT = 64
 MASK_FORMATS = ("sdpa", "eager")  # attention implementations whose masks this module builds
 PREFILL = "cactus::prefill"  # the profiler's name for a row's prefill
@@ -177,18 +185,38 @@ _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {
 def pooled_cache(model, rows: int, capacity: int) -> RowCache:
     """The model's row cache for `rows` rows and at least `capacity` positions: made once, reused by every
     later run (the same tensors, so compiled graphs stay valid); a run that needs more positions replaces
-    it with a larger one."""
+    it with a larger one. A model keeps one batched cache besides the single row of timing samples: a new
+    row count frees the other batched one first, so caches never pile up beyond what `rows_for` budgeted."""
     by_rows = _POOL.setdefault(model, {})
     if rows not in by_rows or by_rows[rows].capacity < capacity:
-        by_rows.pop(rows, None)  # free the smaller one first
+        for other in [r for r in by_rows if r == rows or (rows > 1 and r > 1)]:
+            del by_rows[other]  # free the smaller (or other batched) one first
+        _empty_device_cache(model)
         by_rows[rows] = RowCache(model.config, rows, capacity, device_of(model))
     return by_rows[rows]
 
 
-def _step(model, cache: RowCache, ids: Tensor, keep: int, cache_kw: str, impl: str, vocab: int, warp, u: Tensor | None):
+def _empty_device_cache(model) -> None:
+    if device_of(model).type == "cuda":
+        torch.cuda.empty_cache()  # what was freed shows as free memory to the next measurement
+
+
+def _step(
+    model,
+    cache: RowCache,
+    ids: Tensor,
+    keep: int,
+    cache_kw: str,
+    impl: str,
+    vocab: int,
+    warp,
+    u: Tensor | None,
+    want_logits: bool,
+):
     """One forward of `ids` [B, n] at the rows' positions, then the warped probabilities of the last `keep`
     positions (over the first `vocab` ids) and, given uniforms `u` [B], a token sampled from the last one:
-    what a decode loop compiles, so warping and sampling run inside the compiled graph too."""
+    what a decode loop compiles, so warping and sampling run inside the compiled graph too. The raw logits
+    come out only when asked (`want_logits`): under CUDA graphs every output is copied out after the call."""
     from ..rules import sample_weights
 
     positions = cache.pos[:, None] + torch.arange(ids.shape[1], device=ids.device)
@@ -204,17 +232,77 @@ def _step(model, cache: RowCache, ids: Tensor, keep: int, cache_kw: str, impl: s
     logits = out.logits[..., :vocab]
     probs = warp(logits)
     token = sample_weights(probs[:, -1], u=u) if u is not None else None
-    return logits, probs, token
+    return (logits if want_logits else None), probs, token
+
+
+def uses_cuda_graphs(model, backend: str | None) -> bool:
+    return backend == "inductor" and device_of(model).type == "cuda"
 
 
 def compiled_step(model, backend: str) -> Callable:
     """`_step` compiled for this model (CUDA graphs on GPU with inductor: launch-bound drafters need them);
-    made once per model and backend and kept while the model lives."""
+    made once per model and backend and kept while the model lives. Each model compiles its own copy of the
+    function: dynamo keeps its graphs (and counts them against RECOMPILE_LIMIT) per code object, so a
+    drafter's graphs never use up the verifier's allowance."""
     per_model = _COMPILED.setdefault(model, {})
     if backend not in per_model:
-        mode = "reduce-overhead" if backend == "inductor" and device_of(model).type == "cuda" else None
-        per_model[backend] = torch.compile(_step, backend=backend, mode=mode, dynamic=False)
+        mode = "reduce-overhead" if uses_cuda_graphs(model, backend) else None
+        code = _step.__code__.replace(co_name=f"_step_{len(_COMPILED)}_{type(model).__name__}")
+        own = types.FunctionType(code, _step.__globals__, code.co_name, _step.__defaults__)
+        per_model[backend] = torch.compile(own, backend=backend, mode=mode, dynamic=False)
     return per_model[backend]
+
+
+class RecompileLimitError(RuntimeError):
+    """A model needed more compiled graphs than RECOMPILE_LIMIT: dynamo would otherwise run it eagerly."""
+
+
+@dataclass
+class CompileStats:
+    """Graphs compiled by this process's decode forwards and the seconds the compiling calls took."""
+
+    graphs: int = 0
+    seconds: float = 0.0
+
+
+COMPILES = CompileStats()
+
+
+def _graphs_compiled() -> int:
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
+# --- what CUDA graph trees do to a compiled call's outputs -------------------------------------------------
+# torch.compile(mode="reduce-overhead") replays CUDA graphs whose outputs live in the graphs' memory pool: the
+# next replay of any graph of the tree (in inference, every new call) reuses that memory, so a tensor a call
+# returned is overwritten, or refused ("accessing tensor output of CUDAGraphs that has been overwritten"), at
+# the next call. The runner copies out what it returns (`_copy_out`). A CPU cannot replay CUDA graphs, so
+# tests emulate the overwrite: while `overwritten_outputs()` is on, every forward's raw outputs are filled
+# with NaN (integers: -1) at the next forward of any runner, compiled or not.
+_OVERWRITE = {"on": False, "pending": []}
+
+
+@contextlib.contextmanager
+def overwritten_outputs() -> Iterator[None]:
+    """Test mode: a forward's raw outputs are garbage after the next forward, as under CUDA graph trees."""
+    _OVERWRITE["on"], _OVERWRITE["pending"] = True, []
+    try:
+        yield
+    finally:
+        _OVERWRITE["on"], _OVERWRITE["pending"] = False, []
+
+
+def _overwrite_previous() -> None:
+    with torch.inference_mode():
+        for t in _OVERWRITE["pending"]:
+            t.fill_(float("nan") if t.is_floating_point() else -1)
+    _OVERWRITE["pending"] = []
+
+
+def _copy_out(out: tuple) -> tuple:
+    return tuple(t.clone() if t is not None else None for t in out)
 
 
 class ModelRunner:
@@ -236,34 +324,67 @@ class ModelRunner:
         self.compile = compile
         self.cache_kw = cache_kwarg(model)
         self._step = compiled_step(model, compile) if compile else _step
+        self.graph_outputs = uses_cuda_graphs(model, compile)  # outputs live in CUDA graph memory
 
     def set_positions(self, starts: list[int]) -> None:
         """Each row's next write position (host -> device, no sync)."""
         self.cache.pos.copy_(to_device(starts, torch.long, self.device), non_blocking=True)
 
     def forward(
-        self, ids: Tensor, reach: int, keep: int, vocab: int, warp, u: Tensor | None = None
-    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        self, ids: Tensor, reach: int, keep: int, vocab: int, warp, u: Tensor | None = None, logits: bool = False
+    ) -> tuple[Tensor | None, Tensor, Tensor | None]:
         """Run `ids` [B, n] at the rows' positions and advance them by n: the last `keep` positions' logits
-        and warped probabilities, and with uniforms `u` a token sampled from the last (`_step`). `reach` is
-        the longest row's end after this forward (a host-side number: it picks the key bucket without
-        reading the device)."""
+        (only if `logits`) and warped probabilities, and with uniforms `u` a token sampled from the last
+        (`_step`). `reach` is the longest row's end after this forward (a host-side number: it picks the key
+        bucket without reading the device). What it returns is the caller's to keep: never graph memory."""
         timer = self.timer
         if timer is not None:
             timer._wait(self.device)
             start = time.perf_counter()
         self.cache.kv_len = kv_bucket(reach, self.capacity)
-        args = (self.model, self.cache, ids, keep, self.cache_kw, self.impl, vocab, warp, u)
-        if self.compile:
-            with torch._dynamo.config.patch(cache_size_limit=RECOMPILE_LIMIT):
-                out = self._step(*args)
-        else:
-            out = self._step(*args)
+        args = (self.model, self.cache, ids, keep, self.cache_kw, self.impl, vocab, warp, u, logits)
+        emulated = _OVERWRITE["on"]
+        if emulated:
+            _overwrite_previous()
+        out = self._compiled(args) if self.compile else self._step(*args)
+        if emulated:
+            _OVERWRITE["pending"] = [t for t in out if t is not None]
+        if self.graph_outputs or emulated:
+            out = _copy_out(out)
         self.cache.pos.add_(ids.shape[1])
         if timer is not None:
             timer._wait(self.device)
             timer.seconds += time.perf_counter() - start
             timer.calls += 1
+        return out
+
+    def _compiled(self, args: tuple) -> tuple:
+        """The compiled step; a call that compiled a graph adds to COMPILES (and is logged)."""
+        before, start = _graphs_compiled(), time.perf_counter()
+        limits = {"recompile_limit": RECOMPILE_LIMIT, "fail_on_recompile_limit_hit": True}
+        try:
+            with torch._dynamo.config.patch(**limits):
+                out = self._step(*args)
+        except torch._dynamo.exc.FailOnRecompileLimitHit as e:
+            raise RecompileLimitError(
+                f"{type(self.model).__name__} needed more than {RECOMPILE_LIMIT} compiled graphs (one per forward "
+                f"width, key bucket and row count): dynamo would run it eagerly from here on, and every timing "
+                f"would be wrong. Fewer distinct shapes help: one batch_size per process, a smaller max_gen_toks, "
+                f"or engine=eager."
+            ) from e
+        new = _graphs_compiled() - before
+        if new:
+            took = time.perf_counter() - start
+            COMPILES.graphs += new
+            COMPILES.seconds += took
+            log.info(
+                "compiled %d graph(s) of %s in %.1fs (rows %d, %d keys)",
+                new,
+                type(self.model).__name__,
+                took,
+                self.rows,
+                self.cache.kv_len,
+            )
         return out
 
     def prefill(self, rows: list[int], prompts: list[list[int]]) -> None:
@@ -314,15 +435,55 @@ def weight_bytes(model) -> int:
 MAX_AUTO_ROWS = {"cuda": 64, "cpu": 16}  # past these a step is compute-bound: more rows add latency only
 
 
-def auto_rows(models: list, capacity: int, lookahead: int, vocab: int, share: float = 0.8) -> int:
-    """The most rows whose caches and per-round tensors fit `share` of the device's free memory (weights
-    are already loaded, so they are not counted again): capacity x KV bytes per position of each model,
-    plus the round's float32 logits and probabilities ((lookahead + 1) x vocab, a few copies)."""
+@dataclass(frozen=True)
+class RowsChoice:
+    rows: int
+    per_row: int  # bytes each row was budgeted (caches of the models, the round's tensors)
+
+
+_ROWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # verifier -> RowsChoice
+
+
+def row_bytes(models: list, capacity: int, lookahead: int, vocab: int) -> int:
+    """What one row costs: capacity x KV bytes per position of each model, plus the round's float32 logits
+    and probabilities ((lookahead + 1) x vocab, a few copies)."""
+    return capacity * sum(bytes_per_position(m) for m in models) + 6 * (lookahead + 1) * vocab * 4
+
+
+def rows_for(models: list, capacity: int, lookahead: int, vocab: int) -> int:
+    """batch_size=auto: rows chosen once per verifier and process, so every run of a local sweep decodes at
+    the same batch size and reuses the same caches and compiled graphs. Chosen again only when a run needs
+    more per row than was budgeted (a longer budget, or a drafter after the verifier alone): then the
+    models' pooled caches are freed first, so they are not counted as used."""
+    need = row_bytes(models, capacity, lookahead, vocab)
+    chosen = _ROWS.get(models[0])
+    if chosen is not None and chosen.per_row >= need:
+        return chosen.rows
+    for model in models:
+        _POOL.pop(model, None)
+        _empty_device_cache(model)
+    rows = auto_rows(models, need)
+    if chosen is not None:
+        log.info(
+            "batch_size=auto: %d rows (was %d: this run needs %d bytes a row, not %d)",
+            rows,
+            chosen.rows,
+            need,
+            chosen.per_row,
+        )
+    else:
+        log.info("batch_size=auto: %d rows fit (capacity %d positions each)", rows, capacity)
+    _ROWS[models[0]] = RowsChoice(rows, need)
+    return rows
+
+
+def auto_rows(models: list, per_row: int, share: float = 0.8) -> int:
+    """The most rows of `per_row` bytes that fit `share` of the device's free memory (weights are already
+    loaded, so they are not counted again)."""
     from ..models import free_bytes
 
     device = device_of(models[0])
     free = free_bytes(str(device))
     if free is None:
         return 1
-    per_row = capacity * sum(bytes_per_position(m) for m in models) + 6 * (lookahead + 1) * vocab * 4
     return max(1, min(MAX_AUTO_ROWS.get(device.type, 16), int(share * free // per_row)))

@@ -32,7 +32,8 @@ import torch
 from torch import Tensor
 
 from ..rules import Rule
-from .cache import ForwardTimer, ModelRunner, auto_rows, buckets_between, capacity_for, device_of, to_device
+from . import cache
+from .cache import ForwardTimer, ModelRunner, buckets_between, capacity_for, device_of, to_device
 from .stats import GenerationOutput, Rounds
 from .warp import Warper
 
@@ -59,6 +60,7 @@ class Row:
     prefill: float
     generated: list[int] = field(default_factory=list)
     rounds: Rounds = field(default_factory=Rounds)
+    graphs_before: int = 0  # graphs this process had compiled when the row was admitted
     block: Tensor | None = None  # the verifier-alone loop's current block of uniforms, and the next one used
     used: int = 0
     has_kl: bool = False
@@ -74,6 +76,7 @@ class EngineOptions:
 
     batch_size: int | str = 1  # rows decoded at once; "auto": as many as fit the device's free memory
     compile: str | None = None  # a torch.compile backend for the steady-state forwards (None: eager)
+    warm_up: bool = True  # compiled forwards: compile (on CUDA, record) every graph before the first item
     sync_timing: bool = False  # synchronise CUDA at phase boundaries so phase times are exact (costs time)
     forward_timer: ForwardTimer | None = None  # accumulates time inside decode forwards (benchmarks)
 
@@ -103,6 +106,7 @@ class Engine:
         # tokens gathered per position for the output KL: the union of two top-k supports (and their ties)
         self.support = 2 if self.warp.greedy else (2 * self.warp.top_k + 16 if self.warp.top_k else None)
         self.on_round: Callable[[Engine, list[Row | None]], None] | None = None  # after each round (tests)
+        self._warm: set[tuple[int, int]] = set()  # (rows, key bucket) whose graphs are compiled
 
     # --- running jobs --------------------------------------------------------------------------------
     def run(self, jobs: Sequence[Job]) -> Iterator[tuple[Job, GenerationOutput]]:
@@ -115,16 +119,17 @@ class Engine:
         capacity = capacity_for(max(len(j.prompt) + j.max_new_tokens for j in jobs) + lookahead + 1)
         rows = self.options.batch_size
         if rows == "auto":
-            rows = auto_rows(
-                [x for x in (self.verifier, self.drafter) if x is not None], capacity, lookahead, self.vocab
-            )
-            log.info("batch_size=auto: %d rows fit (capacity %d positions each)", rows, capacity)
+            models = [self.verifier] + ([self.drafter] if self.rule is not None else [])
+            rows = cache.rows_for(models, capacity, lookahead, self.vocab)
         rows = min(rows, len(jobs))
         timer, compile = self.options.forward_timer, self.options.compile
         self.vm = ModelRunner(self.verifier, rows, capacity, compile, timer)
         self.dm = ModelRunner(self.drafter, rows, capacity, compile, timer) if self.rule is not None else None
         if compile:
-            log.info("compiled forwards (%s): %s", compile, self.graph_plan(min(len(j.prompt) for j in jobs), capacity))
+            shortest = min(len(j.prompt) for j in jobs)
+            log.info("compiled forwards (%s): %s", compile, self.graph_plan(shortest, capacity))
+            if self.options.warm_up:
+                self._warm_up(rows, shortest, capacity)
         queue = list(jobs)
         slots: list[Row | None] = [None] * rows
         with torch.inference_mode():
@@ -142,7 +147,13 @@ class Engine:
                     row = slots[b]
                     slots[b] = None
                     out = GenerationOutput(
-                        row.generated, row.rounds, row.prefill, time.perf_counter() - row.start, reason, row.has_kl
+                        row.generated,
+                        row.rounds,
+                        row.prefill,
+                        time.perf_counter() - row.start,
+                        reason,
+                        row.has_kl,
+                        graphs_compiled=cache.COMPILES.graphs - row.graphs_before,
                     )
                     yield row.job, out
 
@@ -156,6 +167,35 @@ class Engine:
         parts = [f"{name} {len(w)} width(s) x {len(buckets)} buckets" for name, w in widths.items()]
         total = sum(len(w) for w in widths.values()) * len(buckets)
         return f"up to {total} graphs ({'; '.join(parts)}: {', '.join(map(str, buckets))} positions)"
+
+    def _warm_up(self, rows: int, shortest: int, capacity: int) -> None:
+        """Compile every graph the run will need before any item is timed: per key bucket a sequence passes
+        through, one round (verifier alone: one step) with every row just inside the bucket, on fake rows
+        (their cache writes land past anything a real row reads). On CUDA each runs twice, so CUDA graph
+        trees record it as well. Graphs a later run of the same shapes finds compiled cost one round each."""
+        lookahead = self.m if self.rule is not None else 0
+        todo = [b for b in buckets_between(shortest, capacity) if (rows, b) not in self._warm]
+        if not todo:
+            return
+        before, start = cache.COMPILES.graphs, time.perf_counter()
+        with torch.inference_mode():
+            for runner in (self.vm, self.dm):  # caches allocate at their first (eager) prefill, never in a graph
+                if runner is not None:
+                    runner.prefill(list(range(rows)), [[0]] * rows)
+            for bucket in todo:
+                length = max(bucket - lookahead, 2)  # every forward of the round reads this bucket's keys
+                for _ in range(2 if self.device.type == "cuda" else 1):
+                    job = Job([0] * length, lookahead + 2, torch.Generator().manual_seed(0))
+                    slots = [Row(job, [0] * length, 0.0, 0.0) for _ in range(rows)]
+                    self._round(slots) if self.rule is not None else self._ar_step(slots)
+                self._warm.add((rows, bucket))
+        log.info(
+            "warm-up: %d graph(s) compiled in %.1fs (%d rows; key buckets %s)",
+            cache.COMPILES.graphs - before,
+            time.perf_counter() - start,
+            rows,
+            ", ".join(map(str, todo)),
+        )
 
     def _check(self, job: Job) -> None:
         if job.max_new_tokens < 1:
@@ -186,7 +226,8 @@ class Engine:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         prefill = time.perf_counter() - start
-        return [Row(job, list(job.prompt), start, prefill) for job in jobs]
+        graphs = cache.COMPILES.graphs
+        return [Row(job, list(job.prompt), start, prefill, graphs_before=graphs) for job in jobs]
 
     # --- one speculative round -------------------------------------------------------------------------
     def _round(self, slots: list[Row | None]) -> list[tuple[int, str]]:
@@ -202,7 +243,7 @@ class Engine:
         need_raw = self.rule.needs_raw
         probs, raws, drafts = [], [], []
         for j in range(m):
-            logits, p, d = self.dm.forward(x, reach + j, 1, vocab, warp, u[:, j])
+            logits, p, d = self.dm.forward(x, reach + j, 1, vocab, warp, u[:, j], logits=need_raw)
             probs.append(p[:, -1])
             drafts.append(d)
             if need_raw:
@@ -215,10 +256,13 @@ class Engine:
         # verify: each row's last committed token and its m drafts
         self.vm.set_positions([n - 1 for n in lengths])
         tail = to_device([[r.committed[-1] if r is not None else 0] for r in slots], torch.long, self.device)
-        v_logits, q, _ = self.vm.forward(torch.cat([tail, d.to(self.vm.device)], 1), reach + m, m + 1, vocab, warp)
-        v_logits, q = v_logits.to(self.device), q.to(self.device)  # a verifier spread by device_map: its last GPU
+        ids = torch.cat([tail, d.to(self.vm.device)], 1)
+        v_logits, q, _ = self.vm.forward(ids, reach + m, m + 1, vocab, warp, logits=need_raw)
+        q = q.to(self.device)  # a verifier spread by device_map: its last GPU
         t_verify = clock.lap()
-        raw = {"draft_raw": torch.stack(raws, 1), "target_raw": torch.softmax(v_logits.float(), -1)} if need_raw else {}
+        raw = {}
+        if need_raw:
+            raw = {"draft_raw": torch.stack(raws, 1), "target_raw": torch.softmax(v_logits.to(self.device).float(), -1)}
         v = self.rule.verify(p, q, d, uniforms=u[:, m:], n_drafts=n_drafts, check=False, return_kl=True, **raw)
         # positions that saw a decision: up to the first rejection, within the draft
         pos = torch.arange(m, device=self.device)

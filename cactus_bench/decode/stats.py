@@ -39,6 +39,7 @@ class GenerationOutput:
     wall_time: float  # prefill included
     stop_reason: str  # "eos" | "length" | "stop"
     has_kl: bool = False
+    graphs_compiled: int = 0  # graphs compiled while this generation decoded (its times include compiling)
 
     @property
     def verifier_calls(self) -> int:
@@ -72,7 +73,7 @@ class GenerationOutput:
     def summary(self) -> dict:
         """Counters, every pooled metric of them (AL, τ, acceptance, KL, ...), and why decoding stopped."""
         c = self.counters()
-        return {**c, **metrics.derive(c), "stop_reason": self.stop_reason}
+        return {**c, **metrics.derive(c), "stop_reason": self.stop_reason, "graphs_compiled": self.graphs_compiled}
 
     def metric(self, name: str) -> float | None:
         return metrics.METRICS.get(name).pooled(self.counters())

@@ -3,7 +3,10 @@
 Semantics match transformers' TemperatureLogitsWarper / TopKLogitsWarper / TopPLogitsWarper and vLLM's
 sampler (every logit tied with the k-th kept, then top-p over what is left: the smallest head of mass
 ≥ top_p, at least one token), so our loop, HF `generate` and vLLM sample from the same distributions.
-Temperature 0 means greedy: a one-hot on the argmax.
+Where logits tie exactly at the nucleus's edge (bf16 logits often do), the authors' sampler (vLLM V0) sorts
+ascending and drops from the low end; its sort is not stable, so which of the tied tokens goes is left to
+the kernel. Ours is stable: tied tokens are dropped in token-id order (the lower id first), the same on
+every device and at every batch size. Temperature 0 means greedy: a one-hot on the argmax.
 """
 
 from __future__ import annotations
@@ -39,19 +42,45 @@ class Warper:
             return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
         logits = logits / self.temperature
         if self.top_k and self.top_k < logits.shape[-1]:
-            # Every logit tied with the k-th stays (HF's `logits < kth` removed, vLLM alike): bf16 ties often.
-            kth = torch.topk(logits, self.top_k, dim=-1).values[..., -1:]
-            logits = logits.masked_fill(logits < kth, float("-inf"))
-        if self.top_p < 1.0:  # over what top-k kept, ties included
+            return torch.softmax(_top_k_top_p(logits, self.top_k, self.top_p), -1)
+        if self.top_p < 1.0:
             logits = _top_p(logits, self.top_p)
         return torch.softmax(logits, -1)
 
 
 def _top_p(logits: Tensor, top_p: float) -> Tensor:
-    """Mask (to -inf) the logits outside the top-p nucleus, as transformers and vLLM do it: sort ascending,
-    drop tokens whose cumulative mass is <= 1 - top_p, keep at least one (the same sort, so tied logits at
-    the nucleus's edge are split the same way)."""
-    asc, idx = torch.sort(logits, dim=-1, descending=False)
+    """Mask (to -inf) the logits outside the top-p nucleus as transformers and vLLM do it: sort ascending,
+    drop tokens whose cumulative mass is <= 1 - top_p, keep at least one; the sort is stable (ties: the
+    lower id first, so dropped first)."""
+    asc, idx = torch.sort(logits, dim=-1, descending=False, stable=True)
     drop = torch.softmax(asc, -1).cumsum(-1) <= (1 - top_p)
     drop[..., -1] = False
     return logits.masked_fill(drop.scatter(-1, idx, drop), float("-inf"))
+
+
+def _top_k_top_p(logits: Tensor, k: int, top_p: float) -> Tensor:
+    """Top-k (every logit tied with the k-th kept), then `_top_p` over what it kept, without sorting the
+    vocabulary: at most k - 1 kept tokens lie strictly above the k-th logit (all among top-k's picks: k values
+    to sort); the rest are tied with it and come first in the ascending order, in token-id order, so their
+    running mass is a cumulative sum over the vocabulary in id order."""
+    top = torch.topk(logits, k, dim=-1)
+    kth = top.values[..., -1:]
+    logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p >= 1.0:
+        return logits
+    probs = torch.softmax(logits, -1)
+    limit = 1 - top_p
+    tied = logits == kth
+    tied_mass = (probs * tied).cumsum(-1)  # running mass of the tied tokens, in id order
+    ids = torch.sort(top.indices, dim=-1).values  # top-k's picks in id order, then stably by value
+    asc, order = torch.sort(logits.gather(-1, ids), dim=-1, stable=True)
+    ids = ids.gather(-1, order)
+    above = asc > kth
+    above_mass = tied_mass[..., -1:] + (probs.gather(-1, ids) * above).cumsum(-1)
+    drop_above = above & (above_mass <= limit)
+    drop_above[..., -1] = False  # the largest token always stays
+    drop = torch.zeros_like(tied).scatter(-1, ids, drop_above)
+    # tied tokens: dropped while their running mass is <= limit; if none lies above, the last tied one stays
+    last_tied = tied & (tied.long().cumsum(-1) == tied.sum(-1, keepdim=True)) & ~above[..., -1:]
+    drop |= tied & (tied_mass <= limit) & ~last_tied
+    return logits.masked_fill(drop, float("-inf"))
