@@ -13,8 +13,7 @@ from cactus_bench.rules import build_rule
 from .helpers.models import tiny_pair
 from .helpers.rules import CONFIGS
 from .helpers.stats import P_THRESHOLD, g_test_pvalue
-from .test_decode import L, M_SMALL, PROMPT, RUNS, V_SMALL, reference_greedy
-from .test_decode import ar_law, small_pair  # noqa: F401  (fixtures)
+from .test_decode import M_SMALL, PROMPT, RUNS, V_SMALL, L, ar_law, reference_greedy, small_pair  # noqa: F401  (fixtures)
 
 
 @pytest.fixture
