@@ -313,3 +313,36 @@ def test_output_kl_is_zero_when_the_drafter_is_the_verifier(name, params, label,
         n = torch.arange(V)
         assert float(rule.target_kl(q.expand(V, V), q.expand(V, V), n).max()) > 0.01
         assert output_kl(rule, p, q) > 0  # and with a drafter that differs, the output does stray
+
+
+@pytest.mark.parametrize("name,params", [("mentored", {"divergence": 0.05}), ("cactus_exact", {"delta": 0.5})])
+def test_a_bisection_runs_once_per_position_in_the_batched_laws(name, params):
+    """The engine measures output KL every round with `output_laws` over [B, m, S] positions and candidates:
+    a rule's bisection (mentored's β, cactus_exact's γ) runs once over them, not once per candidate draft in
+    each of the functions that need it (3x the launches, over [B, m, S, S]). The law is the one-position
+    oracle's."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.n, self.largest = 0, 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            self.n += 1
+            if isinstance(out, torch.Tensor):
+                self.largest = max(self.largest, out.numel())
+            return out
+
+    rule = build_rule(name, **params)
+    g = torch.Generator().manual_seed(0)
+    p = torch.softmax(torch.randn(2, 3, 16, generator=g, dtype=torch.float64) * 2, -1)
+    q = torch.softmax(torch.randn(2, 3, 16, generator=g, dtype=torch.float64) * 2, -1)
+    with Ops() as ops:
+        laws = rule.output_laws(p, q)
+    with Ops() as one_bisection:
+        rule.beta(p, q) if name == "mentored" else rule.gamma(q)
+    assert ops.n < one_bisection.n + 150, (ops.n, one_bisection.n)
+    for b, j in ((0, 0), (1, 2)):
+        torch.testing.assert_close(laws[b, j], rule.output_law(p[b, j], q[b, j]), atol=1e-12, rtol=0)

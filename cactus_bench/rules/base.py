@@ -97,6 +97,12 @@ class Rule(ABC):
         """Per-position tensors [..., ] shared by the functions above, computed once per ``verify``."""
         return {}
 
+    def prepare_laws(self, p: Tensor, q: Tensor, **raw: Tensor) -> dict[str, Tensor]:
+        """`prepare` for `output_laws`: p, q [..., S] -> tensors [..., S] over the drafted token n (one
+        computation per position, not one per position and candidate draft)."""
+        S = p.shape[-1]
+        return {k: v.unsqueeze(-1).expand(*v.shape, S) for k, v in self.prepare(p, q, **raw).items()}
+
     def target_kl(self, p: Tensor, q: Tensor, n: Tensor, **raw: Tensor) -> Tensor | None:
         """KL(h || q) per position for the target verified against (the budget a rule spends, not what it
         emits: see `output_laws`); None for target-free rules."""
@@ -212,9 +218,11 @@ class Rule(ABC):
         support, e.g. the union of the warped supports) -> P_out [..., S], float64."""
         p, q = p.double(), q.double()
         S = p.shape[-1]
+        raw = {k: v.double() for k, v in raw.items()}
+        prepared = self.prepare_laws(p, q, **raw)
         P = p.unsqueeze(-2).expand(*p.shape, S)  # [..., n, x]: row n is the case "the draft was token n"
         Q = q.unsqueeze(-2).expand(*q.shape, S)
-        raw = {k: v.double().unsqueeze(-2).expand(*v.shape, S) for k, v in raw.items()}
+        raw = {k: v.unsqueeze(-2).expand(*v.shape, S) for k, v in raw.items()} | prepared
         n = torch.arange(S, device=p.device).expand(p.shape)
         a = self.accept_prob(P, Q, n, **raw)
         R = self.recovery_weights(P, Q, n, **raw)

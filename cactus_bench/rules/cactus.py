@@ -28,20 +28,23 @@ class Cactus(TargetRule):
     def gamma(self, qn: Tensor) -> Tensor:
         return torch.clamp(qn + torch.sqrt(2 * self.delta * qn * (1 - qn)), max=1.0)
 
-    def target(self, p, q, n, **raw):
+    def _gamma(self, qn: Tensor, prepared: Tensor | None) -> Tensor:
+        return self.gamma(qn) if prepared is None else prepared
+
+    def target(self, p, q, n, gamma=None, **raw):
         qn = gather_last(q, n)
-        g = self.gamma(qn)
+        g = self._gamma(qn, gamma)
         scale = (1 - g) / (1 - qn)  # 0/0 when q_n = 1 (then γ = 1 and h = q): official code maps NaN to 1
         scale = torch.where(torch.isnan(scale), torch.ones_like(scale), scale)
         h = q * scale.unsqueeze(-1)
         return h.scatter(-1, n.unsqueeze(-1), g.unsqueeze(-1))
 
-    def accept_prob(self, p, q, n, **raw):  # only γ = h_n is needed for the test
-        return general_accept(self.gamma(gather_last(q, n)), gather_last(p, n))
+    def accept_prob(self, p, q, n, gamma=None, **raw):  # only γ = h_n is needed for the test
+        return general_accept(self._gamma(gather_last(q, n), gamma), gather_last(p, n))
 
-    def target_kl(self, p, q, n, **raw):
+    def target_kl(self, p, q, n, gamma=None, **raw):
         qn = gather_last(q, n)
-        return binary_kl(self.gamma(qn), qn)
+        return binary_kl(self._gamma(qn, gamma), qn)
 
 
 @register("cactus_exact")
@@ -49,6 +52,9 @@ class CactusExact(Cactus):
     """γ = the root on [q_n, 1] of binary_kl(γ, q_n) = δ (bisection; binary_kl is increasing there).
 
     Bisection keeps the lower end, so KL(h‖q) ≤ δ holds exactly, not just to round-off."""
+
+    def prepare_laws(self, p, q, **raw):
+        return {"gamma": self.gamma(q)}  # γ of every candidate draft n at once: one bisection over [..., S]
 
     def gamma(self, qn: Tensor) -> Tensor:
         lo, hi = qn.clone(), torch.ones_like(qn)
