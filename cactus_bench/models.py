@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -313,14 +314,20 @@ def with_drafter(pair: Pair, drafter: str, dtype, device: str, revision: str | N
 
 
 def _load_model(role, name, config, dtype, device, verifier_device_map, revision, log):
-    """One model's weights, in eval mode on its device (a verifier with a device map: where the map puts it)."""
+    """One model's weights, in eval mode on its device (a verifier with a device map: where the map puts it).
+    On a GPU the weights load straight onto it (a device map of that one device), not through host memory:
+    a 14B verifier would otherwise be read into RAM, then copied."""
     kwargs = {"dtype": dtype, "revision": revision}
     if role == "verifier" and verifier_device_map is not None:
         kwargs["device_map"] = verifier_device_map
+    elif str(device).startswith("cuda"):
+        kwargs["device_map"] = str(device)
+    start = time.perf_counter()
     model = _load(role, name, AutoModelForCausalLM.from_pretrained, **kwargs)
+    model = model if "device_map" in kwargs else model.to(device)
     if log is not None:
-        log(precision(role, name, config, dtype))
-    return (model if "device_map" in kwargs else model.to(device)).eval()
+        log(f"{precision(role, name, config, dtype)}; loaded in {time.perf_counter() - start:.1f}s")
+    return model.eval()
 
 
 def precision(role: str, name: str, config, dtype: torch.dtype) -> str:

@@ -66,6 +66,31 @@ def test_drafter_and_verifier_each_run_in_their_own_dtype(small_pair_dir, tmp_pa
         run_mod.run(cfg_of(*TINY, "method=sps", "pair.verifier_dtype=fp12"))
 
 
+def test_weights_load_straight_onto_a_gpu_and_the_load_time_is_said(monkeypatch):
+    """On CUDA from_pretrained gets the device as its device map (no copy through host memory, then .to());
+    the line naming the model's dtype says how long it took. Control: a CPU load is moved with .to()."""
+    from cactus_bench import models as models_mod
+
+    calls, moved, lines = [], [], []
+
+    class Loaded(torch.nn.Module):
+        def to(self, *a, **k):
+            moved.append(a)
+            return self
+
+    def fake_load(role, name, fn, **kwargs):
+        calls.append(kwargs)
+        return Loaded()
+
+    monkeypatch.setattr(models_mod, "_load", fake_load)
+    config = type("Config", (), {"dtype": torch.bfloat16})()
+    models_mod._load_model("verifier", "v", config, torch.bfloat16, "cuda:0", None, None, lines.append)
+    assert calls[-1]["device_map"] == "cuda:0" and not moved
+    assert "loaded in" in lines[-1]
+    models_mod._load_model("verifier", "v", config, torch.float32, "cpu", None, None, lines.append)
+    assert "device_map" not in calls[-1] and moved == [("cpu",)]
+
+
 def without_gguf(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a))
