@@ -74,6 +74,64 @@ def test_a_stale_lock_from_a_dead_process_is_taken_over(tmp_path):
         RunLock(tmp_path / ".lock").acquire()
 
 
+def _race_for(path: str, go, delay: float, won) -> None:
+    """One would-be taker: judge the stale lock, wait (widening the race), then try to take it over."""
+    from cactus_bench.app import lock as lock_mod
+
+    judge = lock_mod.RunLock._gone
+
+    def slow_judge(self, holder):
+        verdict = judge(self, holder)
+        time.sleep(delay)
+        return verdict
+
+    lock_mod.RunLock._gone = slow_judge
+    go.wait()
+    try:
+        lock_mod.RunLock(path).acquire()  # held until the process exits: the stale one is gone by then
+        won.put(os.getpid())
+    except LockHeld:
+        won.put(None)
+
+
+def test_many_takers_racing_for_one_stale_lock_leave_exactly_one_holder(tmp_path):
+    """Eight processes judge the same dead holder's lock at once, each pausing between judging and taking
+    over (as a loaded machine might): exactly one holds the run, every time, and the lock names it. (The
+    rename-based takeover this replaced let a late taker move the winner's fresh lock away: two holders.)"""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    for r in range(4):
+        path = tmp_path / f".lock{r}"
+        path.write_text(json.dumps({"host": socket.gethostname(), "pid": dead.pid, "since": "then"}))
+        go, won = ctx.Event(), ctx.Queue()
+        takers = [ctx.Process(target=_race_for, args=(str(path), go, 0.02 * (i % 4), won)) for i in range(8)]
+        for t in takers:
+            t.start()
+        go.set()
+        results = [won.get(timeout=60) for _ in takers]
+        holders = [pid for pid in results if pid is not None]
+        for t in takers:
+            t.join(timeout=60)
+        assert len(holders) == 1, results
+        assert json.loads(path.read_text())["pid"] == holders[0]
+        assert not path.with_name(path.name + ".takeover").exists()
+
+
+def test_a_lock_file_without_a_holder_is_taken_over_once_it_is_a_few_seconds_old(tmp_path):
+    """A full disk can leave the lock created but empty: no holder to wait for, so no 300 s wait either.
+    A just-created one (its creator about to write) is left alone."""
+    path = tmp_path / ".lock"
+    path.write_text("")
+    with pytest.raises(LockHeld):
+        RunLock(path).acquire()
+    old = time.time() - 10
+    os.utime(path, (old, old))
+    RunLock(path).acquire().release()
+
+
 def test_two_runs_of_one_config_at_once_never_duplicate(small_pair_dir, tmp_path):
     cfg = cfg_of(*TINY, "limit=3", results=tmp_path, pair_dir=small_pair_dir)
     holder = RunStore.open(cfg)  # another process is writing this run
