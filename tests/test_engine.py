@@ -255,3 +255,48 @@ def test_batch_size_auto_is_chosen_once_per_pair_and_process(monkeypatch):
         chosen.append(engine.vm.rows)
     assert chosen == [10, 10, 10]
     assert cache_mod.auto_rows([verifier, drafter], per_row) < 10  # control: the stale caches counted as used
+
+
+# --- grouped-query attention reads each K/V head once --------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [1, 5], ids=["draft_step", "verify"])
+def test_grouped_attention_copies_no_keys_per_query_head_and_gives_the_same_logits(n, monkeypatch):
+    """transformers' SDPA path with a mask expands K/V to every query head ([B, H_q, keys, D] per layer and
+    step; a single query token escapes it only outside torch.compile, which the fast engine uses); the
+    engine's grouped attention folds the query heads instead. Same logits (fp32 rounding); control: the
+    stock path, as compiled, does make the copy this test looks for."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from transformers.integrations import sdpa_attention
+
+    monkeypatch.setattr(sdpa_attention, "is_torchdynamo_compiling", lambda: True, raising=False)
+
+    model = tiny_qwen3(vocab_size=64, hidden_size=64, num_layers=2, heads=8, kv_heads=2, seed=3, logit_scale=3.0)
+    rows, head_dim = 3, 64 // 8
+
+    class ExpandedKV(TorchDispatchMode):
+        def __init__(self, keys):
+            super().__init__()
+            self.keys, self.copies = keys, 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if isinstance(out, torch.Tensor) and tuple(out.shape) == (rows, 8, self.keys, head_dim):
+                self.copies += 1
+            return out
+
+    def step(grouped):
+        runner = cache_mod.ModelRunner(model, rows, 128)
+        runner.grouped = grouped
+        with torch.inference_mode():
+            runner.prefill([0, 1, 2], [[1, 2, 3], list(range(4, 30)), [5, 6]])
+            runner.set_positions([3, 26, 2])
+            ids = torch.arange(rows * n).reshape(rows, n) % 60 + 1
+            with ExpandedKV(cache_mod.kv_bucket(26 + n, 128)) as seen:
+                logits = runner.forward(ids, 26 + n, n, 64, lambda x: x.float().softmax(-1), logits=True)[0]
+        return logits, seen.copies
+
+    grouped, copies = step(True)
+    stock, stock_copies = step(False)
+    torch.testing.assert_close(grouped, stock, atol=1e-5, rtol=1e-5)
+    assert copies == 0 and stock_copies >= 2 * 2  # keys and values of both layers, on the stock path
