@@ -80,7 +80,7 @@ def launch(spec: dict, todo: list, extra: list[str], shards: int, multirun: Path
         cmd.append(f"+run={','.join(names)}")
     if slots > 1 and launcher == "local_gpus":  # k workers per GPU (each claims a slot: __main__)
         cmd.append(f"hydra.launcher.n_jobs={int(os.environ.get('CACTUS_BENCH_GPUS', '1')) * slots}")
-    _multirun([*cmd, *extra], slots, launcher)
+    _multirun([*cmd, *extra], slots)
 
 
 def write_config(path: Path, node: dict) -> None:
@@ -88,10 +88,9 @@ def write_config(path: Path, node: dict) -> None:
     path.write_text("# @package _global_\n" + yaml.safe_dump(node, sort_keys=False))
 
 
-def _multirun(cmd: list[str], slots: int, launcher: str | None) -> None:
+def _multirun(cmd: list[str], slots: int) -> None:
     env = dict(os.environ)
-    if launcher == "local_gpus":
-        env["CACTUS_BENCH_SLOTS_PER_GPU"] = str(slots)
+    env["CACTUS_BENCH_SLOTS_PER_GPU"] = str(slots)  # runs sharing a GPU each budget their share of it
     print("launching:", " ".join(cmd), flush=True)
     if subprocess.run(cmd, env=env).returncode != 0:
         raise SweepFailed(

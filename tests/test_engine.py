@@ -232,7 +232,7 @@ def test_batch_size_auto_is_chosen_once_per_pair_and_process(monkeypatch):
     afresh after the first run (what the engine did before) picks fewer rows."""
     drafter, verifier = fresh_pair()
     capacity, lookahead = cache_mod.capacity_for(3 + 40 + 5), 5
-    per_row = cache_mod.row_bytes([verifier, drafter], capacity, lookahead, 64)
+    per_row = cache_mod.row_bytes([verifier, drafter], capacity, lookahead, 64, prompt=3)
     card = 10 * per_row / 0.8 + 1  # room for 10 rows
 
     def pooled_bytes():  # this pair's caches: what the simulated card holds
@@ -300,3 +300,48 @@ def test_grouped_attention_copies_no_keys_per_query_head_and_gives_the_same_logi
     stock, stock_copies = step(False)
     torch.testing.assert_close(grouped, stock, atol=1e-5, rtol=1e-5)
     assert copies == 0 and stock_copies >= 2 * 2  # keys and values of both layers, on the stock path
+
+
+def test_the_memory_model_of_batch_size_auto_on_the_papers_pair(monkeypatch):
+    """Qwen3-14B verifying Qwen3-0.6B drafts (bf16, m = 20, GSM8K's 1,000-token prompts and 4,096-token
+    budget) on an H200 after the weights (≈ 110 GiB free), built on the meta device: the caches the engine
+    allocates are the model's KV term exactly; the rows chosen fit 80 % of what is free with every term
+    (caches, round tensors, CUDA graph pool, a prefill of all admitted rows); two runs sharing the GPU
+    (slots_per_gpu=2) each plan for half."""
+    from cactus_bench.bench.models import SHAPES
+    from cactus_bench.models import random_lm
+
+    def meta(shape):
+        return random_lm("qwen3", 0, dtype=torch.bfloat16, device="meta", **shape, max_position_embeddings=40960)
+
+    verifier = meta(
+        dict(
+            SHAPES["qwen3-8b"], hidden_size=5120, num_hidden_layers=40, num_attention_heads=40, intermediate_size=17408
+        )
+    )  # Qwen3-14B's config.json
+    drafter = meta(SHAPES["qwen3-0.6b"])
+    m, prompt = 20, 1000
+    capacity = cache_mod.capacity_for(prompt + 4096 + m + 2)
+    per_row = cache_mod.row_bytes([verifier, drafter], capacity, m, 151936, prompt)
+    kv = capacity * (cache_mod.bytes_per_position(verifier) + cache_mod.bytes_per_position(drafter))
+    allocated = 0
+    for model in (verifier, drafter):
+        c = cache_mod.RowCache(model.config, 1, capacity, torch.device("meta"))
+        shape = (1, model.config.num_key_value_heads, 1, model.config.head_dim)
+        for layer in c.layers:
+            layer.lazy_initialization(
+                torch.empty(shape, dtype=model.dtype, device="meta"),
+                torch.empty(shape, dtype=model.dtype, device="meta"),
+            )
+            allocated += 2 * layer.keys.numel() * layer.keys.element_size()
+    assert allocated == kv
+    assert 0.6 * per_row < kv < per_row  # the caches dominate; the other terms are counted too
+
+    free = 110 * 2**30
+    monkeypatch.setattr("cactus_bench.models.free_bytes", lambda device: free)
+    monkeypatch.setitem(cache_mod.MAX_AUTO_ROWS, "meta", cache_mod.MAX_AUTO_ROWS["cuda"])
+    rows = cache_mod.auto_rows([verifier, drafter], per_row)
+    monkeypatch.setenv("CACTUS_BENCH_SLOTS_PER_GPU", "2")
+    half = cache_mod.auto_rows([verifier, drafter], per_row)
+    assert rows * per_row <= 0.8 * free < (rows + 1) * per_row
+    assert half * per_row <= 0.4 * free and half in (rows // 2, rows // 2 + 1)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import os
 import time
 import types
 import weakref
@@ -448,18 +449,40 @@ class RowsChoice:
 _ROWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # verifier -> RowsChoice
 
 
-def row_bytes(models: list, capacity: int, lookahead: int, vocab: int) -> int:
-    """What one row costs: capacity x KV bytes per position of each model, plus the round's float32 logits
-    and probabilities ((lookahead + 1) x vocab, a few copies)."""
-    return capacity * sum(bytes_per_position(m) for m in models) + 6 * (lookahead + 1) * vocab * 4
+def activation_bytes(model, tokens: int) -> int:
+    """One layer's transient tensors for `tokens` tokens of a row (residual stream, attention projections,
+    the MLP's gate/up/down): layers run one after the other, so one layer's worth is live at a time."""
+    c = model.config
+    return tokens * (4 * c.hidden_size + 3 * c.intermediate_size) * torch.finfo(model.dtype).bits // 8
 
 
-def rows_for(models: list, capacity: int, lookahead: int, vocab: int) -> int:
+def row_bytes(models: list, capacity: int, lookahead: int, vocab: int, prompt: int = 0) -> int:
+    """What one row costs on the device (the memory model behind batch_size=auto, README "On a GPU"):
+    - its caches: capacity x K/V bytes per position of each model;
+    - a round's float32 tensors: (lookahead + 1) x vocab logits, probabilities and warp temporaries (6 copies);
+    - CUDA graphs' private pool: each graph's static outputs (probabilities, 2 copies with the copy-out) and
+      the activations of its widest forward (lookahead + 1 tokens);
+    - the prefill of an admitted row (rows are admitted together: one forward of all their prompts).
+    Attention holds no per-head K/V copy (`attention.py`). Weights are loaded already: not counted."""
+    kv = capacity * sum(bytes_per_position(m) for m in models)
+    round_tensors = 6 * (lookahead + 1) * vocab * 4
+    graph_pool = 2 * (lookahead + 1) * vocab * 4 + max(activation_bytes(m, lookahead + 1) for m in models)
+    prefill = max(activation_bytes(m, prompt) for m in models)
+    return kv + round_tensors + graph_pool + prefill
+
+
+def gpu_share() -> float:
+    """The share of the device's free memory one process may plan for: 80 %, divided among the runs that
+    share the GPU (`slots_per_gpu=k` sets CACTUS_BENCH_SLOTS_PER_GPU for each of them)."""
+    return 0.8 / max(1, int(os.environ.get("CACTUS_BENCH_SLOTS_PER_GPU", "1")))
+
+
+def rows_for(models: list, capacity: int, lookahead: int, vocab: int, prompt: int = 0) -> int:
     """batch_size=auto: rows chosen once per verifier and process, so every run of a local sweep decodes at
     the same batch size and reuses the same caches and compiled graphs. Chosen again only when a run needs
     more per row than was budgeted (a longer budget, or a drafter after the verifier alone): then the
     models' pooled caches are freed first, so they are not counted as used."""
-    need = row_bytes(models, capacity, lookahead, vocab)
+    need = row_bytes(models, capacity, lookahead, vocab, prompt)
     chosen = _ROWS.get(models[0])
     if chosen is not None and chosen.per_row >= need:
         return chosen.rows
@@ -481,13 +504,14 @@ def rows_for(models: list, capacity: int, lookahead: int, vocab: int) -> int:
     return rows
 
 
-def auto_rows(models: list, per_row: int, share: float = 0.8) -> int:
-    """The most rows of `per_row` bytes that fit `share` of the device's free memory (weights are already
-    loaded, so they are not counted again)."""
+def auto_rows(models: list, per_row: int, share: float | None = None) -> int:
+    """The most rows of `per_row` bytes that fit `share` (default `gpu_share()`) of the device's free
+    memory (weights are already loaded, so they are not counted again)."""
     from ..models import free_bytes
 
     device = device_of(models[0])
     free = free_bytes(str(device))
     if free is None:
         return 1
+    share = gpu_share() if share is None else share
     return max(1, min(MAX_AUTO_ROWS.get(device.type, 16), int(share * free // per_row)))

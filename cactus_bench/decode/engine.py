@@ -120,7 +120,7 @@ class Engine:
         rows = self.options.batch_size
         if rows == "auto":
             models = [self.verifier] + ([self.drafter] if self.rule is not None else [])
-            rows = cache.rows_for(models, capacity, lookahead, self.vocab)
+            rows = cache.rows_for(models, capacity, lookahead, self.vocab, max(len(j.prompt) for j in jobs))
         rows = min(rows, len(jobs))
         timer, compile = self.options.forward_timer, self.options.compile
         self.vm = ModelRunner(self.verifier, rows, capacity, compile, timer)
