@@ -25,3 +25,52 @@ def test_script_runs_small(script, tmp_path):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     data = json.loads(out.with_suffix(".json").read_text())
     assert data and out.with_suffix(".md").read_text().startswith("# ")
+
+
+def test_the_device_check_fits_its_window_section_by_section(tmp_path, monkeypatch):
+    """Under a deadline too short for everything: each section either finished (or failed, its traceback
+    saved, and the check went on) or was skipped with its reason; both result files hold every section
+    that ran as soon as it ended; the cost model is saved right after the rounds."""
+    import torch
+
+    from cactus_bench.bench import device_check as dc
+
+    torch.set_num_threads(1)
+    snapshots = []
+    real_save = dc.Check.save
+
+    def save(self, section, value):
+        real_save(self, section, value)
+        snapshots.append((section, section in json.loads(self.out.with_suffix(".json").read_text())))
+
+    def broken_rules(self):
+        raise RuntimeError("a kernel that fails")
+
+    monkeypatch.setattr(dc.Check, "save", save)
+    monkeypatch.setattr(dc.Check, "rules", broken_rules)
+    out = tmp_path / "check"
+    dc.main(["--small", "--out", str(out), "--budget-s", "40", "--batches", "1"])
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert all(on_disk for _, on_disk in snapshots)
+    order = [name for name, _ in snapshots]
+    assert order[:3] == ["built_s", "ar_eager", "round_eager"]  # smoke and the fast engine: past the window
+    assert order.index("cost_model") == 3
+    planned = [
+        "smoke",
+        "ar_fast",
+        "round_fast",
+        "hidden_syncs",
+        "ar_fast_long",
+        "round_fast_long",
+        "agreement",
+        "batched",
+        "rules_ms",
+    ]
+    for name in planned:
+        ran = name in report
+        skipped = [s for s in report["skipped"] if s.startswith(name + " ")]
+        assert ran != bool(skipped), (name, report["skipped"])
+        assert ran or "needs ~" in skipped[0]
+    assert "smoke" not in report and "ar_fast" not in report  # the compile estimate kept them out
+    assert report["failed"] == ["rules_ms"] and "a kernel that fails" in report["rules_ms"]["error"]
+    assert "FAILED rules_ms" in out.with_suffix(".md").read_text()

@@ -5,16 +5,23 @@ models with the real shapes of Qwen3-0.6B (drafter) and Qwen3-8B (verifier) in b
 --small, small shapes in fp32 on whatever device there is (the CPU dry run), and measures, saving both
 files after every section (a crash or the device's time limit keeps what was measured):
 
-  1. the verifier alone, eager engine: ms/token and the bandwidth it reaches (weights + live KV bucket);
-  2. a speculative round (Cactus, m = 10, an EOS id set, so the round's real EOS handling is in it), eager:
-     round ms, time inside forwards, host reads per round, bytes read per drafter and verifier step;
-  3-4. the same with the fast engine (compiled forwards, CUDA graphs), compile time apart;
-  5. eager vs fast agreement: one step's logits in the run's dtype (bf16 logits differ by rounding, so a
+  1. smoke: the small shapes on this device, eager vs the fast engine, tokens equal in fp32 (a fault of the
+     CUDA-graph class shows here within a minute, before any full-shape compile);
+  2. the verifier alone, eager engine: ms/token and the bandwidth it reaches (weights + live KV bucket);
+  3. a speculative round (Cactus, m = 10, an EOS id set, so the round's real EOS handling is in it), eager:
+     round ms (no synchronisation inside it), time inside forwards (a separate, synchronised decode), host
+     reads per round, bytes read per drafter and verifier step;
+  4-5. the same with the fast engine (compiled forwards, CUDA graphs), compile time apart (the engine's
+     warm-up); then the cost model: the speedup predicted at the paper's accepted lengths;
+  6. hidden syncs: one fast decode under torch.cuda.set_sync_debug_mode("warn"), its warnings counted;
+  7. a long context (~3,500 tokens): the verifier alone and a round, fast engine;
+  8. eager vs fast agreement: one step's logits in the run's dtype (bf16 logits differ by rounding, so a
      tolerance), and tokens in fp32 on small shapes (where they must be equal);
-  6. batched decoding: tokens/s at B = 1, 4, 16, fast engine;
-  7. the rule kernels at V = 151,936;
-  8. the speedup a cost model predicts from these measurements at the paper's accepted lengths.
-Sections past the time budget are skipped, and say so.
+  9. batched decoding: tokens/s at B = 1 and 4, fast engine;
+  10. the rule kernels at V = 151,936.
+Each section is guarded: one that fails saves its traceback and the check goes on. A section that would
+run past the time budget is skipped with the reason saved; its estimate counts the graphs it must compile
+at the first compile's measured time.
 
     python scripts/device_check.py --out $OUT/h200          # on the lent GPU machine (files come back)
     python scripts/device_check.py --small --out results/gpu/cpu_small
@@ -25,13 +32,16 @@ from __future__ import annotations
 import argparse
 import json
 import time
+import traceback
+import warnings
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from ..decode import Engine, EngineOptions, ForwardTimer, Job, Warper
-from ..decode.cache import bytes_per_position, kv_bucket, weight_bytes
+from ..decode.cache import COMPILES, buckets_between, bytes_per_position, kv_bucket, weight_bytes
 from ..rules import build_rule
 from ..utils import environment_info, write_text_atomic
 from .launch import count_host_reads
@@ -62,7 +72,9 @@ class Check:
             "m": args.m,
             "env": environment_info(),
             "skipped": [],
+            "failed": [],
         }
+        self.compile_s = 60.0 if self.device.type == "cuda" else 20.0  # a graph's compile, until one is measured
         g = torch.Generator().manual_seed(0)
         self.prompt = torch.randint(0, self.vocab, (args.context,), generator=g).tolist()
 
@@ -84,6 +96,28 @@ class Check:
             return False
         return True
 
+    def section(self, name: str, run: Callable[[], object], needs_s: float, graphs: int = 0) -> None:
+        """Run one section if its estimate (seconds, plus `graphs` new compiled graphs at the measured compile
+        time) fits the budget; save its result, or its traceback if it fails, and go on either way."""
+        if not self.within_budget(name, needs_s + graphs * self.compile_s):
+            return
+        before = (COMPILES.graphs, COMPILES.seconds)
+        try:
+            value = run()
+        except Exception:  # noqa: BLE001  (a section's failure is a result: saved, and the check goes on)
+            value = {"error": traceback.format_exc(limit=8)}
+            self.report["failed"].append(name)
+        graphs_done = COMPILES.graphs - before[0]
+        if graphs_done:
+            self.compile_s = (COMPILES.seconds - before[1]) / graphs_done  # the estimate for later sections
+        self.save(name, value)
+
+    def graphs(self, rule: str | None, context: int, rows: int = 1) -> int:
+        """Graphs a fast decode at `context` compiles: forward widths x the key buckets it passes through."""
+        widths = 3 if rule else 1
+        end = context + self.args.new_tokens + self.args.m + 2
+        return widths * len(buckets_between(context, kv_bucket(end)))
+
     # --- the sections ------------------------------------------------------------------------------
     def engine(self, rule: str | None, compile, rows: int = 1, timer=None) -> Engine:
         drafter = self.drafter if rule else None
@@ -98,18 +132,69 @@ class Check:
             EngineOptions(rows, compile, forward_timer=timer),
         )
 
-    def decode(self, engine: Engine, n: int, tokens: int, seed: int = 0) -> list:
-        jobs = [Job(self.prompt, tokens, torch.Generator().manual_seed(seed + i)) for i in range(n)]
+    def prompt_of(self, context: int | None) -> list[int]:
+        n = context or self.args.context
+        return (self.prompt * (n // len(self.prompt) + 1))[:n]
+
+    def decode(self, engine: Engine, n: int, tokens: int, seed: int = 0, prompt: list[int] | None = None) -> list:
+        jobs = [Job(prompt or self.prompt, tokens, torch.Generator().manual_seed(seed + i)) for i in range(n)]
         return [out for _, out in engine.run(jobs)]
 
-    def ar(self, compile) -> dict:
+    def smoke(self) -> dict:
+        """The small shapes on this device, eager vs fast (fp32: tokens must be equal), before any full-shape
+        compile: the class of fault that only CUDA graphs show (outputs overwritten by the next replay)."""
+        small = [
+            qwen3_of_shape(n, i, torch.float32, self.device) for i, n in enumerate(("small-drafter", "small-verifier"))
+        ]
+        tokens = {}
+        for name, compile in (("eager", None), ("fast", "inductor")):
+            for rule in ("cactus", None):
+                e = Engine(
+                    small[1],
+                    small[0] if rule else None,
+                    build_rule(rule) if rule else None,
+                    4 if rule else 0,
+                    WARP,
+                    options=EngineOptions(1, compile),
+                )
+                g = torch.Generator().manual_seed(3)
+                tokens[(name, rule)] = [out.tokens for _, out in e.run([Job(list(range(5, 40)), 48, g)])]
+        return {
+            "speculative_tokens_equal": tokens[("eager", "cactus")] == tokens[("fast", "cactus")],
+            "verifier_alone_tokens_equal": tokens[("eager", None)] == tokens[("fast", None)],
+        }
+
+    def hidden_syncs(self) -> dict:
+        """One fast decode with CUDA's sync debug mode on: every synchronising call warns. One host read per
+        round is expected (the verdict); more means a hidden sync."""
+        if self.device.type != "cuda":
+            return {"skipped": "no CUDA device (torch.cuda.set_sync_debug_mode needs one)"}
+        engine = self.engine("cactus", "inductor")
+        self.decode(engine, 1, 2 * self.args.m)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                (out,) = self.decode(engine, 1, self.args.new_tokens, seed=2)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        syncs = [str(w.message)[:160] for w in caught if "synchroniz" in str(w.message).lower()]
+        return {
+            "rounds": out.verifier_calls,
+            "syncs": len(syncs),
+            "per_round": len(syncs) / out.verifier_calls,
+            "first": syncs[:5],
+        }
+
+    def ar(self, compile, context: int | None = None) -> dict:
         engine = self.engine(None, compile)
+        prompt = self.prompt_of(context)
         start = time.perf_counter()
-        self.decode(engine, 1, 8)  # warm-up (compiles)
+        self.decode(engine, 1, 8, prompt=prompt)  # warm-up (the engine compiles every graph first)
         warm = time.perf_counter() - start
-        (out,) = self.decode(engine, 1, self.args.new_tokens)
+        (out,) = self.decode(engine, 1, self.args.new_tokens, prompt=prompt)
         ms = 1e3 * (out.wall_time - out.prefill_time) / len(out.tokens)
-        live = kv_bucket(self.args.context + len(out.tokens))
+        live = kv_bucket(len(prompt) + len(out.tokens))
         moved = weight_bytes(self.verifier) + live * bytes_per_position(self.verifier)
         peak = next((v for k, v in PEAK_BANDWIDTH.items() if k in self.report["device"]), None)
         gbps = moved / (ms / 1e3) / 1e9
@@ -119,18 +204,25 @@ class Check:
             "pct_of_peak": 100 * gbps * 1e9 / peak if peak else None,
             "warmup_s": warm,
             "weights_GB": weight_bytes(self.verifier) / 1e9,
+            "context": len(prompt),
             "tokens": out.tokens,
         }
 
-    def rounds(self, compile) -> dict:
-        self.decode(self.engine("cactus", compile), 1, 2 * self.args.m)  # warm-up (compiles)
-        timer = ForwardTimer(sync=True)
-        engine = self.engine("cactus", compile, timer=timer)
+    def rounds(self, compile, context: int | None = None) -> dict:
+        """Round time from a decode with no synchronisation inside it; time inside forwards from a second,
+        synchronised decode of the same item (a per-forward sync would inflate the round's own time)."""
+        prompt = self.prompt_of(context)
+        engine = self.engine("cactus", compile)
+        self.decode(engine, 1, 2 * self.args.m, prompt=prompt)  # warm-up (the engine compiles every graph first)
         reads = Counter()
         with count_host_reads(reads):
-            (out,) = self.decode(engine, 1, self.args.new_tokens, seed=1)
+            (out,) = self.decode(engine, 1, self.args.new_tokens, seed=1, prompt=prompt)
+        timer = ForwardTimer(sync=True)
+        timed = self.engine("cactus", compile, timer=timer)
+        (synced,) = self.decode(timed, 1, self.args.new_tokens, seed=1, prompt=prompt)
         decode_s = out.wall_time - out.prefill_time
-        m, ctx = self.args.m, self.args.context
+        synced_s = synced.wall_time - synced.prefill_time
+        m, ctx = self.args.m, len(prompt)
         live = kv_bucket(ctx + len(out.tokens) + m + 1)
         whole = kv_bucket(ctx + self.args.new_tokens + m + 1)
         step_bytes = {
@@ -143,10 +235,11 @@ class Check:
             for name, model in (("drafter", self.drafter), ("verifier", self.verifier))
         }
         return {
+            "context": ctx,
             "rounds": out.verifier_calls,
             "round_ms": 1e3 * decode_s / out.verifier_calls,
-            "forward_ms": 1e3 * timer.seconds / out.verifier_calls,
-            "outside_forwards_pct": 100 * (1 - timer.seconds / decode_s),
+            "forward_ms": 1e3 * timer.seconds / synced.verifier_calls,
+            "outside_forwards_pct": 100 * (1 - timer.seconds / synced_s),
             "host_reads_per_round": sum(reads.values()) / out.verifier_calls,
             "accepted_length": out.accepted_length,
             "tokens_per_s": len(out.tokens) / out.wall_time,
@@ -219,33 +312,40 @@ class Check:
         out = {}
         for engine in ("eager", "fast"):
             ar, rd = self.report.get(f"ar_{engine}"), self.report.get(f"round_{engine}")
-            if not ar or not rd:
+            if not ar or not rd or "error" in ar or "error" in rd:
                 continue
             out[engine] = {name: (al + 1) * ar["ms_per_token"] / rd["round_ms"] for name, al in PAPER_AL.items()}
         return out
 
     def run(self) -> None:
-        a = self.args
+        a, fast = self.args, not self.args.no_compile
         self.log(f"building {self.names[0]} + {self.names[1]} on {self.report['device']} ({self.dtype})")
         self.drafter = qwen3_of_shape(self.names[0], 0, self.dtype, self.device)
         self.verifier = qwen3_of_shape(self.names[1], 1, self.dtype, self.device)
         self.save("built_s", time.perf_counter() - self.t0)
-        self.save("ar_eager", self.ar(None))
-        self.save("round_eager", self.rounds(None))
-        if a.no_compile:
-            self.report["skipped"].append("fast engine (--no-compile)")
+        long = a.long_context
+        if fast:
+            self.section("smoke", self.smoke, 20, graphs=4)
+        self.section("ar_eager", lambda: self.ar(None), 20)
+        self.section("round_eager", lambda: self.rounds(None), 30)
+        if fast:
+            self.section("ar_fast", lambda: self.ar("inductor"), 20, graphs=self.graphs(None, a.context))
+            self.section("round_fast", lambda: self.rounds("inductor"), 30, graphs=self.graphs("cactus", a.context))
+        self.save("cost_model", self.cost_model())  # right after the rounds: the figure the check is for
+        if fast:
+            self.section("hidden_syncs", self.hidden_syncs, 20)
+            if long:
+                self.section("ar_fast_long", lambda: self.ar("inductor", long), 30, graphs=self.graphs(None, long))
+                self.section(
+                    "round_fast_long", lambda: self.rounds("inductor", long), 40, graphs=self.graphs("cactus", long)
+                )
+            self.section("agreement", self.agreement, 20, graphs=2)
         else:
-            if self.within_budget("fast engine", 120):
-                self.save("ar_fast", self.ar("inductor"))
-            if self.within_budget("fast rounds", 120):
-                self.save("round_fast", self.rounds("inductor"))
-            if self.within_budget("agreement", 90):
-                self.save("agreement", self.agreement())
-        if self.within_budget("batched", 60):
-            self.save("batched", self.batched(None if a.no_compile else "inductor"))
-        if self.within_budget("rules", 20):
-            self.save("rules_ms", self.rules())
-        self.save("cost_model", self.cost_model())
+            self.report["skipped"].append("fast engine (--no-compile)")
+        self.section(
+            "batched", lambda: self.batched("inductor" if fast else None), 30, graphs=3 * len(a.batches) if fast else 0
+        )
+        self.section("rules_ms", self.rules, 20)
         print(markdown(self.report))
 
 
@@ -254,24 +354,39 @@ def markdown(r: dict) -> str:
     lines = [
         f"# Device check: {r['drafter']} + {r['verifier']} on {r['device']} ({r['dtype']}), context {r['context']}"
     ]
-    ars = [(e, r[f"ar_{e}"]) for e in ("eager", "fast") if f"ar_{e}" in r]
+    engines = {"eager": "eager", "fast": "fast", "fast_long": "fast"}
+
+    def measured(kind: str) -> list:
+        return [(e, r[f"{kind}_{k}"]) for k, e in engines.items() if "error" not in r.get(f"{kind}_{k}", {"error": 1})]
+
+    if r.get("smoke"):
+        lines += ["", f"smoke (small shapes on this device, eager vs fast, fp32): {_fields(r['smoke'])}"]
+    ars = measured("ar")
     if ars:
-        lines += ["", "| verifier alone | ms/token | GB/s | % of peak | warm-up s |", "|---|---|---|---|---|"]
+        lines += [
+            "",
+            "| verifier alone | context | ms/token | GB/s | % of peak | warm-up s |",
+            "|---|---|---|---|---|---|",
+        ]
         for e, a in ars:
             pct = f"{a['pct_of_peak']:.0f}%" if a.get("pct_of_peak") else "–"
-            lines.append(f"| {e} | {a['ms_per_token']:.2f} | {a['bandwidth_GBps']:.0f} | {pct} | {a['warmup_s']:.0f} |")
-    rds = [(e, r[f"round_{e}"]) for e in ("eager", "fast") if f"round_{e}" in r]
+            lines.append(
+                f"| {e} | {a.get('context', r['context'])} | {a['ms_per_token']:.2f} | {a['bandwidth_GBps']:.0f} "
+                f"| {pct} | {a['warmup_s']:.0f} |"
+            )
+    rds = measured("round")
     if rds:
         lines += [
             "",
-            f"| round (Cactus, m={r['m']}, EOS set) | round ms | in forwards ms | outside | host reads/round | AL "
-            "| tok/s |",
-            "|---|---|---|---|---|---|---|",
+            f"| round (Cactus, m={r['m']}, EOS set) | context | round ms | in forwards ms | outside | host reads/round "
+            "| AL | tok/s |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for e, x in rds:
             lines.append(
-                f"| {e} | {x['round_ms']:.2f} | {x['forward_ms']:.2f} | {x['outside_forwards_pct']:.1f}% | "
-                f"{x['host_reads_per_round']:.2f} | {x['accepted_length']:.2f} | {x['tokens_per_s']:.1f} |"
+                f"| {e} | {x.get('context', r['context'])} | {x['round_ms']:.2f} | {x['forward_ms']:.2f} | "
+                f"{x['outside_forwards_pct']:.1f}% | {x['host_reads_per_round']:.2f} | {x['accepted_length']:.2f} | "
+                f"{x['tokens_per_s']:.1f} |"
             )
         b = rds[0][1]["bytes_per_step"]
         lines += [
@@ -283,7 +398,9 @@ def markdown(r: dict) -> str:
             lines.append(
                 f"| {name} | {x['weights_GB']:.3f} | {x['kv_live_GB']:.3f} | {x['kv_if_whole_budget_GB']:.3f} |"
             )
-    if "agreement" in r:
+    if r.get("hidden_syncs"):
+        lines += ["", f"hidden syncs (torch.cuda sync debug mode, one fast decode): {_fields(r['hidden_syncs'])}"]
+    if "agreement" in r and "error" not in r["agreement"]:
         a = r["agreement"]
         lines += [
             "",
@@ -291,10 +408,10 @@ def markdown(r: dict) -> str:
             f"{a['logits_max_abs']:.3g}: {'within' if a['logits_agree'] else 'OUTSIDE'} 2 %); fp32 tokens equal: "
             f"{a['fp32_tokens_equal']}",
         ]
-    if r.get("batched"):
+    if r.get("batched") and "error" not in r["batched"]:
         lines += ["", "| batch size | tokens/s (SpS) |", "|---|---|"]
         lines += [f"| {rows} | {x['tokens_per_s']:.0f} |" for rows, x in r["batched"].items()]
-    if "rules_ms" in r:
+    if "rules_ms" in r and "error" not in r["rules_ms"]:
         names = list(r["rules_ms"])
         lines += [
             "",
@@ -315,9 +432,16 @@ def markdown(r: dict) -> str:
             lines.append(f"| {e} | " + " | ".join(f"{by[n]:.2f}×" for n in names) + " |")
     if r.get("skipped"):
         lines += ["", "Skipped: " + "; ".join(r["skipped"])]
+    for name in r.get("failed", []):
+        last = r[name]["error"].strip().splitlines()[-1]
+        lines += ["", f"FAILED {name}: {last} (traceback in the .json)"]
     pk = r["env"]["packages"]
     lines.append(f"\n(took {r.get('seconds', 0):.0f}s; torch {pk.get('torch')}, transformers {pk.get('transformers')})")
     return "\n".join(lines) + "\n"
+
+
+def _fields(d: dict) -> str:
+    return "; ".join(f"{k} {v}" for k, v in d.items() if k != "first") if "error" not in d else "failed"
 
 
 def main(argv=None):
@@ -327,12 +451,14 @@ def main(argv=None):
     ap.add_argument("--context", type=int, default=400)
     ap.add_argument("--new-tokens", type=int, default=96)
     ap.add_argument("--m", type=int, default=10)
-    ap.add_argument("--batches", type=int, nargs="+", default=[1, 4, 16])
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 4])
+    ap.add_argument("--long-context", type=int, default=3500, help="the long-context sections' prompt (0: none)")
     ap.add_argument("--budget-s", type=float, default=450, help="skip sections that would run past this")
     ap.add_argument("--no-compile", action="store_true", help="skip the fast engine")
     args = ap.parse_args(argv)
     if args.small:
         args.context, args.new_tokens = min(args.context, 128), min(args.new_tokens, 48)
+        args.long_context = min(args.long_context, 400)
     Check(args).run()
 
 
