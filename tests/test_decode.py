@@ -480,13 +480,16 @@ def vllm_v0_warp(logits, temperature, top_k, top_p, tie_order=1):
     return torch.softmax(torch.empty_like(asc).scatter(-1, idx, asc), -1)
 
 
+@pytest.mark.parametrize("sort_below", [0, 10**9], ids=["top_k_picks", "full_sort"])
 @pytest.mark.parametrize("top_k,top_p", [(20, 0.95), (20, 0.5), (5, 0.9), (0, 0.9), (50, 0.99)])
-def test_warper_matches_the_authors_sampler_on_tied_bf16_logits(top_k, top_p):
+def test_warper_matches_the_authors_sampler_on_tied_bf16_logits(top_k, top_p, sort_below, monkeypatch):
     """bf16-rounded logits (many exact ties, some at the nucleus's edge): the same law as vLLM V0's algorithm
-    with a stable sort, row for row. Control: splitting the ties in the other order changes rows, so the
-    data does test the tie rule."""
-    from cactus_bench.decode import Warper
+    with a stable sort, row for row, by either of the warper's two ways (sorting top-k's picks, or the whole
+    vocabulary when it is small). Control: splitting the ties in the other order changes rows, so the data
+    does test the tie rule."""
+    from cactus_bench.decode import Warper, warp
 
+    monkeypatch.setattr(warp, "SORT_BELOW", sort_below)
     logits = (torch.randn(192, 400, generator=torch.Generator().manual_seed(1)) * 1.5).bfloat16().float()
     logits = torch.round(logits * 2) / 2  # coarser still: ties at the k-th logit and at the nucleus's edge
     ours = Warper(0.6, top_k, top_p)(logits)
@@ -513,13 +516,13 @@ def test_top_k_then_top_p_sorts_top_ks_picks_not_the_vocabulary():
                 self.widths.append(args[0].shape[-1])
             return func(*args, **(kwargs or {}))
 
-    logits = torch.randn(4, 5000)
+    logits = torch.randn(4, 10000)  # above SORT_BELOW
     with Sorts() as sorts:
         Warper(0.6, 20, 0.95)(logits)
     assert sorts.widths and max(sorts.widths) == 20
     with Sorts() as sorts:
         Warper(0.6, 0, 0.95)(logits)
-    assert max(sorts.widths) == 5000
+    assert max(sorts.widths) == 10000
 
 
 def test_ties_at_the_top_k_boundary_are_kept_before_top_p():

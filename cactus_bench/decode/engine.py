@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 import torch
 from torch import Tensor
@@ -76,6 +76,7 @@ class EngineOptions:
 
     batch_size: int | str = 1  # rows decoded at once; "auto": as many as fit the device's free memory
     compile: str | None = None  # a torch.compile backend for the steady-state forwards (None: eager)
+    _: KW_ONLY  # the rest by name only
     warm_up: bool = True  # compiled forwards: compile (on CUDA, record) every graph before the first item
     sync_timing: bool = False  # synchronise CUDA at phase boundaries so phase times are exact (costs time)
     forward_timer: ForwardTimer | None = None  # accumulates time inside decode forwards (benchmarks)

@@ -60,7 +60,7 @@ class DecodeOptions:
         return {int(t) for t in self.eos_token_id}
 
     def engine_options(self) -> EngineOptions:
-        return EngineOptions(1, self.compile, self.sync_timing, self.forward_timer)
+        return EngineOptions(1, self.compile, sync_timing=self.sync_timing, forward_timer=self.forward_timer)
 
     def job(self, input_ids) -> Job:
         generator = self.generator or torch.Generator().manual_seed(0)

@@ -41,11 +41,18 @@ class Warper:
         if self.greedy:
             return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
         logits = logits / self.temperature
-        if self.top_k and self.top_k < logits.shape[-1]:
+        V = logits.shape[-1]
+        if self.top_k and self.top_k < V:
+            if self.top_p < 1.0 and V < SORT_BELOW:  # a small vocabulary: one sort costs less than the passes
+                kth = torch.topk(logits, self.top_k, dim=-1).values[..., -1:]
+                return torch.softmax(_top_p(logits.masked_fill(logits < kth, float("-inf")), self.top_p), -1)
             return torch.softmax(_top_k_top_p(logits, self.top_k, self.top_p), -1)
         if self.top_p < 1.0:
             logits = _top_p(logits, self.top_p)
         return torch.softmax(logits, -1)
+
+
+SORT_BELOW = 8192  # vocabularies this small sort at once; larger ones sort top-k's picks only (same law)
 
 
 def _top_p(logits: Tensor, top_p: float) -> Tensor:
