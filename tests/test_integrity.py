@@ -57,6 +57,43 @@ def test_a_smaller_limit_never_shrinks_the_summary_and_tables_state_their_items(
     assert "every cell is computed on the 4 items all its runs share" in md
 
 
+def test_a_smaller_rerun_changes_nothing_a_finished_run_stored(small_pair_dir, tmp_path):
+    """A finished 6-item run (batched, with a 3-item timing sample), rerun at limit=2: its config, manifest
+    status and limit, summary and timing lines are as they were (before, the config and manifest said limit=2
+    and the timing sample of the 2-item subset was appended)."""
+    common = ("batch_size=4", "timing_sample=3")
+    run_cell("sps", *common, results=tmp_path, pair_dir=small_pair_dir)
+    folder = run_dir(cfg_of(*TINY, "method=sps", "limit=6", *common, results=tmp_path, pair_dir=small_pair_dir))
+    files = ("config.yaml", "summary.json", "timing.jsonl")
+    before = {name: (folder / name).read_text() for name in files}
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["limit"] == 6 and len(before["timing.jsonl"].splitlines()) == 3
+    run_cell("sps", *common, results=tmp_path, pair_dir=small_pair_dir, limit=2)
+    assert {name: (folder / name).read_text() for name in files} == before
+    after = json.loads((folder / "manifest.json").read_text())
+    assert (after["status"], after["limit"]) == ("complete", 6) and len(after["history"]) == 2
+
+
+def test_a_run_never_mixes_precisions(small_pair_dir, tmp_path, monkeypatch):
+    """dtype=auto is float32 on a CPU and bfloat16 on CUDA: a run started on a CPU and continued where CUDA
+    is found is refused before any model loads, in one paragraph naming what differs; pinning the dtype it
+    was decoded in continues it."""
+    from cactus_bench import models
+
+    auto = ("pair.dtype=auto", "pair.device=auto")
+    run_cell("sps", *auto, results=tmp_path, pair_dir=small_pair_dir, limit=2)
+    monkeypatch.setattr(models, "resolve_device", lambda device: "cuda:0")  # this machine "has" a GPU now
+    monkeypatch.setattr(run_mod, "get_pair", lambda *a: pytest.fail("models must not load"))
+    with pytest.raises(StoreError, match="verifier_dtype was float32, here it would be bfloat16"):
+        run_cell("sps", *auto, results=tmp_path, pair_dir=small_pair_dir, limit=4)
+    folder = run_dir(cfg_of(*TINY, "method=sps", "limit=2", *auto, results=tmp_path, pair_dir=small_pair_dir))
+    assert json.loads((folder / "manifest.json").read_text())["resolved"]["drafter_dtype"] == "float32"
+    store = RunStore.open(
+        cfg_of(*TINY, "method=sps", "limit=4", "pair.dtype=float32", results=tmp_path, pair_dir=small_pair_dir)
+    )  # pinned: another run (its own folder), no refusal
+    store.finish("interrupted")
+
+
 def test_paired_timing_added_on_resume_times_every_item(small_pair_dir, tmp_path):
     """limit=2 untimed, then limit=4 with paired_timing: the paired speedup covers all 4 items, not 2."""
     run_cell("sps", results=tmp_path, pair_dir=small_pair_dir, limit=2)

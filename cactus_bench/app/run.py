@@ -140,7 +140,9 @@ def _run(cfg: DictConfig, method: Method | None) -> dict:
             live = metrics.derive(metrics.pool(finished))
             bar.set_postfix(AL=_shown(live["accepted_length"], "{:.2f}"), tok_s=_shown(live["tokens_per_s"], "{:.1f}"))
         bar.close()
-        if method.uses_drafter and (cfg.paired_timing or (cfg.timing_sample and cfg.batch_size != 1)):
+        stored = store.stored_summary()
+        covered = stored is not None and stored.get("samples", 0) > len(items)  # a smaller rerun adds no timing
+        if method.uses_drafter and not covered and (cfg.paired_timing or (cfg.timing_sample and cfg.batch_size != 1)):
             time_sample(cfg, bench, pair, method, store, items, mine, device)
         summary = merge(cfg, method, bench, store, [bench.key(item) for item in items])
         # complete: this process's items are all stored (a shard's own; the run's summary says the rest)

@@ -169,6 +169,27 @@ def slurm_job() -> str | None:
     return env.get("SLURM_JOB_ID")
 
 
+def _covers_more(limit: int | None, stored: int | None) -> bool:
+    """Whether `limit` covers more items than `stored` (None: every item)."""
+    return stored is not None and (limit is None or limit > stored)
+
+
+def resolved_precision(cfg: DictConfig) -> dict:
+    """What `dtype: auto` and `device: auto` mean on this machine for the run's models."""
+    from ..methods import Method
+    from ..models import resolve_device, resolve_dtype
+
+    p = cfg.pair
+    try:
+        device = resolve_device(p.device)
+    except ValueError:
+        return {}  # validation names a missing CUDA device before anything loads
+    out = {"verifier_dtype": str(resolve_dtype(p.get("verifier_dtype") or p.dtype, device)).replace("torch.", "")}
+    if Method(cfg.method.name, {}, cfg.m).uses_drafter:
+        out["drafter_dtype"] = str(resolve_dtype(p.get("drafter_dtype") or p.dtype, device)).replace("torch.", "")
+    return out
+
+
 class RunStore:
     def __init__(self, folder: Path, shard: tuple[int, int] | None = None):
         self.folder = Path(folder)
@@ -190,13 +211,17 @@ class RunStore:
             raise StoreError(unwritable(store.folder, e)) from None
         try:
             store._check_sharding()
-            store._write(store.folder / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
             manifest = store.manifest()
+            resolved = resolved_precision(cfg)
+            store._check_resolved(manifest.get("resolved"), resolved)
+            if store._covers_more(cfg.limit):  # a finished run's config changes only to cover more items
+                store._write(store.folder / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
             now = time.strftime("%Y-%m-%dT%H:%M:%S%z")
             ident = RunIdentity.of(cfg)
             manifest.update(
                 identity=ident.as_dict(),
                 run_key=ident.key,
+                resolved=manifest.get("resolved") or resolved,
                 status="running",
                 last_start=now,
                 environment=environment_info(),
@@ -220,6 +245,23 @@ class RunStore:
             store.lock.release()
             raise
         return store
+
+    def _covers_more(self, limit: int | None) -> bool:
+        """Whether a run with `limit` covers more items than the stored config's."""
+        path = self.folder / "config.yaml"
+        return not path.exists() or _covers_more(limit, OmegaConf.load(path).get("limit"))
+
+    def _check_resolved(self, stored: dict | None, now: dict) -> None:
+        """A run continues in the precision it was decoded in: `dtype: auto` is float32 on a CPU and bfloat16
+        on CUDA, and one run (one table cell) must not mix both."""
+        differs = {k: (stored[k], v) for k, v in now.items() if stored and k in stored and stored[k] != v}
+        if differs:
+            what = "; ".join(f"{k} was {a}, here it would be {b}" for k, (a, b) in differs.items())
+            raise StoreError(
+                f"{self.folder} was decoded in another precision than this machine would use ({what}): one run "
+                "must not mix them. Continue it where it started, or pin the precision it was decoded in (e.g. "
+                "pair.dtype=float32), or start a separate run with another pair.dtype."
+            )
 
     def _check_sharding(self) -> None:
         """An unfinished run continues with the sharding it started with."""
@@ -254,12 +296,19 @@ class RunStore:
         except OSError as e:
             raise StoreError(unwritable(path, e)) from None
 
-    def finish(self, status: str = "complete", **facts) -> None:
-        """Record how this process ended (and `facts`, e.g. the limit it finished at) and release the lock."""
+    def finish(self, status: str = "complete", limit: int | None = None) -> None:
+        """Record how this process ended and release the lock. The run's status and limit only move forward:
+        a rerun with a smaller limit, or one stopped early, leaves a complete run complete at its limit (the
+        rerun's own ending is in its history entry)."""
         try:
             manifest = self.manifest()
             now = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-            manifest.update(status=status, ended=now, **facts)
+            was_complete = manifest.get("status") == "complete" and (self.folder / "summary.json").exists()
+            if status == "complete" or not was_complete:
+                manifest["status"] = status
+            if status == "complete" and ("limit" not in manifest or _covers_more(limit, manifest["limit"])):
+                manifest["limit"] = limit
+            manifest["ended"] = now
             manifest.setdefault("history", [{}])[-1].update(end=now, t_end=time.time(), status=status)
             self.write_manifest(manifest)
         finally:
