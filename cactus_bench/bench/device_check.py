@@ -281,7 +281,8 @@ class Check:
     def batched(self, compile) -> dict:
         out = {}
         for rows in self.args.batches:
-            if not self.within_budget(f"batched B={rows}", 45):
+            graphs = self.graphs("sps", self.args.context) if compile and rows > 1 else 0
+            if not self.within_budget(f"batched B={rows}", 15 + graphs * self.compile_s):
                 break
             engine = self.engine("sps", compile, rows)
             self.decode(engine, rows, 8)  # warm-up (compiles this batch size's shapes)
@@ -342,9 +343,8 @@ class Check:
             self.section("agreement", self.agreement, 20, graphs=2)
         else:
             self.report["skipped"].append("fast engine (--no-compile)")
-        self.section(
-            "batched", lambda: self.batched("inductor" if fast else None), 30, graphs=3 * len(a.batches) if fast else 0
-        )
+        batched_graphs = sum(self.graphs("sps", a.context) for rows in a.batches if rows > 1) if fast else 0
+        self.section("batched", lambda: self.batched("inductor" if fast else None), 30, graphs=batched_graphs)
         self.section("rules_ms", self.rules, 20)
         print(markdown(self.report))
 
