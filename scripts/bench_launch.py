@@ -17,7 +17,7 @@ from cactus_bench.bench.models import PAIRS, SHAPES
 from cactus_bench.bench.timing import write_results
 from cactus_bench.decode import Engine, EngineOptions, Job
 from cactus_bench.models import random_lm
-from cactus_bench.rules import build_rule
+from cactus_bench.rules import RULES, build_rule
 
 ENGINES = {"eager": None, "fast": "inductor"}
 
@@ -27,9 +27,9 @@ def qwen3_06b_pair():
     return random_lm("qwen3", 0, **{**shape, "num_hidden_layers": 2}), random_lm("qwen3", 1, **shape)
 
 
-def measure(pair, compile, m: int, new_tokens: int) -> dict:
+def measure(pair, compile, m: int, new_tokens: int, rule: str = "cactus") -> dict:
     drafter, verifier = pair
-    engine = Engine(verifier, drafter, build_rule("cactus"), m, eos={1}, options=EngineOptions(1, compile))
+    engine = Engine(verifier, drafter, build_rule(rule), m, eos={1}, options=EngineOptions(1, compile))
     prompt = list(range(10, 42))
     list(engine.run([Job(prompt, new_tokens, torch.Generator().manual_seed(0))]))  # warm up (and compile)
 
@@ -65,9 +65,20 @@ def main():
             print(line, flush=True)
             lines.append(line)
             rows.append({"engine": engine, "model": model, **r})
+    # every rule on the tiny pair with the fast engine (the graphs are the same for every rule: what differs
+    # is the round's tail, the rule's decision and its output-KL measurement, run eagerly)
+    pair, compile = PAIRS["tiny"](), engines["traced" if args.small else "fast"]
+    per_rule = []
+    for rule in sorted(RULES):
+        r = measure(pair, compile, args.m, args.new_tokens, rule)
+        per_rule.append(f"| {rule} | {r['ops_per_round']:.0f} | {r['host_syncs_per_round']:.0f} |")
+        rows.append({"engine": "fast", "model": "tiny", "rule": rule, **r})
+        print(per_rule[-1], flush=True)
     body = "\n".join(lines)
     md = f"# Ops and host reads per decode round (m = {args.m}, Cactus, one thread)\n\n```\n{body}\n```\n"
     md += "\nops per round: top-level aten calls from Python + compiled-graph launches, prefill excluded.\n"
+    md += "\nEvery rule (default parameters), tiny pair, fast engine:\n\n| rule | ops per round | host reads |\n"
+    md += "|---|---|---|\n" + "\n".join(per_rule) + "\n"
     write_results(args.out, md, {"rows": rows}, "python scripts/bench_launch.py" + (" --small" if args.small else ""))
 
 

@@ -93,15 +93,16 @@ class Rule(ABC):
     def target(self, p: Tensor, q: Tensor, n: Tensor, **raw: Tensor) -> Tensor | None:
         return None
 
-    def prepare(self, p: Tensor, q: Tensor, **raw: Tensor) -> dict[str, Tensor]:
-        """Per-position tensors [..., ] shared by the functions above, computed once per ``verify``."""
+    def prepare(self, p: Tensor, q: Tensor, n: Tensor | None, **raw: Tensor) -> dict[str, Tensor]:
+        """Per-position tensors [..., ] shared by the functions above, computed once per ``verify`` (`n`: the
+        drafted tokens; None where a quantity must not depend on them, as in `prepare_laws`)."""
         return {}
 
     def prepare_laws(self, p: Tensor, q: Tensor, **raw: Tensor) -> dict[str, Tensor]:
         """`prepare` for `output_laws`: p, q [..., S] -> tensors [..., S] over the drafted token n (one
         computation per position, not one per position and candidate draft)."""
         S = p.shape[-1]
-        return {k: v.unsqueeze(-1).expand(*v.shape, S) for k, v in self.prepare(p, q, **raw).items()}
+        return {k: v.unsqueeze(-1).expand(*v.shape, S) for k, v in self.prepare(p, q, None, **raw).items()}
 
     def target_kl(self, p: Tensor, q: Tensor, n: Tensor, **raw: Tensor) -> Tensor | None:
         """KL(h || q) per position for the target verified against (the budget a rule spends, not what it
@@ -164,7 +165,8 @@ class Rule(ABC):
             check_probs(target_probs, "target_probs")
         q = target_probs[:, :m]
         extra = self._raw_kwargs(draft_raw, target_raw, m)  # raw probabilities, then prepared per-position values
-        extra.update(self.prepare(draft_probs, q, **extra))
+        if m > 0:
+            extra.update(self.prepare(draft_probs, q, draft_tokens, **extra))
         device = draft_probs.device
 
         u_last = None if uniforms is None else uniforms[:, m]

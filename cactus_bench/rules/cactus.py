@@ -53,6 +53,9 @@ class CactusExact(Cactus):
 
     Bisection keeps the lower end, so KL(h‖q) ≤ δ holds exactly, not just to round-off."""
 
+    def prepare(self, p, q, n, **raw):
+        return {"gamma": self.gamma(gather_last(q, n))}  # one bisection per round, shared by test and target
+
     def prepare_laws(self, p, q, **raw):
         return {"gamma": self.gamma(q)}  # γ of every candidate draft n at once: one bisection over [..., S]
 

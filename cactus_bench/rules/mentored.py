@@ -38,7 +38,7 @@ class Mentored(Rule):
             lo = torch.where(ok, lo, mid)
         return hi
 
-    def prepare(self, p, q, **raw):
+    def prepare(self, p, q, n, **raw):
         return {"beta": self.beta(p, q)}  # one bisection per position, shared by the three functions below
 
     def _beta(self, p, q, prepared):
