@@ -114,6 +114,9 @@ def _run(cfg) -> None:
             f"{k}={summary[k]:.4g}" if isinstance(summary.get(k), float) else f"{k}={summary.get(k)}" for k in keys
         )
     )
+    for m in METRICS.values():  # a timed figure's caveat, as the tables and figures print it
+        if summary.get(f"{m.name}_caveat"):
+            print(f"⚠ {summary[f'{m.name}_caveat']}")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,14 @@ def method_names() -> list[str]:
     return [*RULES.names(), BASELINE]
 
 
+def display_name(name: str) -> str:
+    """How tables, figures and dashboards name a method: its rule's label (SpS, TAS, Cactus, ...), or
+    "Verifier" for the verifier alone; a name not registered here is shown as it is."""
+    if is_baseline(name):
+        return "Verifier"
+    return (RULES.get(name).label or name) if name in RULES.names() else name
+
+
 def is_baseline(name: str) -> bool:
     """Whether a method name (e.g. from a stored run's config) is the verifier alone."""
     return name == BASELINE

@@ -344,7 +344,10 @@ def decode_metrics(samples: list[dict]) -> dict:
     }
     for m in METRICS.values():
         if m.sampled is not None:
-            out.update(flatten(m.name, m.sampled(samples)))
+            reading = read(m, samples)
+            out.update(flatten(m.name, reading.value))
+            if reading.caveat is not None:
+                out[f"{m.name}_caveat"] = reading.caveat
     return out
 
 
@@ -352,3 +355,37 @@ def relative(metric: Metric, samples: list[dict], references: dict[str, list[dic
     """A relative metric's value against its reference run's samples (None when that run is missing)."""
     ref = references.get(metric.reference)
     return metric.relative(samples, ref) if ref is not None else None
+
+
+class Reading(NamedTuple):
+    """A metric as a reader may show it: its value (None when withheld or not computable) and, for a timed
+    metric, the caveat a reader must print beside it (or the reason it was withheld)."""
+
+    value: float | Estimate | None
+    caveat: str | None = None
+    withheld: bool = False
+
+    @property
+    def flagged(self) -> bool:
+        return self.caveat is not None and not self.withheld
+
+
+def read(metric: Metric | str, samples: list[dict], references: dict[str, list[dict] | None] | None = None) -> Reading:
+    """The one way every reader (tables, figures, W&B, the CLI) reads a metric of a run's samples: pooled,
+    sampled or relative (against `references`, {"sps": samples, "baseline": samples}), and for a timed metric
+    its timing caveat (`timing_caveat`): a withheld value is None, a flagged one comes with its reason."""
+    metric = METRICS.get(metric) if isinstance(metric, str) else metric
+    references = references or {}
+    if metric.relative is not None:
+        value = relative(metric, samples, references)
+    elif metric.sampled is not None:
+        value = metric.sampled(samples)
+    elif metric.pooled is not None:
+        value = metric.pooled(pool(samples))
+    else:
+        raise ValueError(f"metric {metric.name!r} is supplied by the benchmark, not computed from samples")
+    caveat = timing_caveat(metric, samples, references.get(metric.reference)) if value is not None else None
+    if caveat is None:
+        return Reading(value)
+    withheld, reason = caveat
+    return Reading(None if withheld else value, reason, withheld)

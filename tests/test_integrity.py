@@ -332,3 +332,40 @@ def test_a_run_killed_at_batch_16_resumes_at_batch_4_with_every_item_once(small_
     assert sorted(indices) == list(range(24)) and summary["samples"] == 24
     history = json.loads((run_dir(cfg4) / "manifest.json").read_text())["history"]
     assert [h["batch_size"] for h in history] == [16, 4]  # recorded per process
+
+
+def test_every_reader_shows_a_timed_metric_with_the_same_caveat(small_pair_dir, tmp_path, monkeypatch):
+    """SpS against a verifier-alone run decoded in batches: the task-time speedup is withheld (a batched
+    item's wall time is not its own) by the table, Figure 3, W&B and the CLI's last lines alike, each
+    saying why (one reading, `metrics.read`). Before, the figure and W&B showed the raw ratio."""
+    from cactus_bench.__main__ import main
+    from cactus_bench.report import figures
+
+    logged = {}
+
+    class FakeRun:
+        summary = logged
+
+        def log(self, *a, **k):
+            pass
+
+        def finish(self, **k):
+            pass
+
+    import wandb
+
+    monkeypatch.setattr(wandb, "init", lambda **k: FakeRun())
+    run_cell("ar", "batch_size=4", results=tmp_path, pair_dir=small_pair_dir, limit=4)
+    overrides = [*TINY, "method=sps", "limit=4", "tracking=wandb", *pair_overrides(small_pair_dir)]
+    out = run_main(main, *overrides, f"paths.runs={tmp_path}")
+    assert out.returncode == 0, out.stderr
+    caveat = "speedup (task time): withheld, the runs were decoded in batches"
+    cli = [line for line in out.stdout.splitlines() if line.startswith("⚠")]
+    assert cli and caveat in cli[0], out.stdout[-1500:]
+    assert "speedup" not in logged and caveat in logged["speedup_caveat"]
+    spec = {**demo_spec(), "columns": ["score", "speedup"]}
+    md, _ = render_table(spec, load_runs(tmp_path), tmp_path / "t", pair_overrides(small_pair_dir))
+    assert caveat in md
+    figures(load_runs(tmp_path), tmp_path / "figs")
+    notes = next((tmp_path / "figs").glob("fig3_speedup_*_notes.txt")).read_text()
+    assert caveat in notes

@@ -150,6 +150,7 @@ def _run(cfg: DictConfig, method: Method | None) -> dict:
             store.shard is not None and "/".join(map(str, store.shard)) not in summary["missing_shards"]
         )
         store.finish("complete" if mine_done else "incomplete", limit=cfg.limit)
+        summary = {**summary, **relative_readings(cfg, store.samples())}  # printed, not stored
         if cfg.tracking.backend != "none":
             tracker.log_figures(accepted_length_figure(finished, store.folder))
         tracker.finish(summary, store.samples())
@@ -159,6 +160,21 @@ def _run(cfg: DictConfig, method: Method | None) -> dict:
             store.finish("interrupted")
         tracker.finish(None, [])
         raise
+
+
+def relative_readings(cfg: DictConfig, samples: list[dict]) -> dict:
+    """The run's relative metrics against this setting's stored reference runs, read as the tables read
+    them (`metrics.read`: a withheld value is left out, a caveat kept)."""
+    from .tracking import reference_samples
+
+    refs, out = reference_samples(cfg), {}
+    for m in metrics.METRICS.values():
+        if m.relative is not None and refs.get(m.reference) is not None:
+            reading = metrics.read(m, samples, refs)
+            out.update({k: v for k, v in metrics.flatten(m.name, reading.value).items() if v is not None})
+            if reading.caveat is not None:
+                out[f"{m.name}_caveat"] = reading.caveat
+    return out
 
 
 def decoder_device(pair: Pair):

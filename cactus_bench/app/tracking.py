@@ -115,10 +115,14 @@ class WandbTracker(NullTracker):
                     self.run.summary[key] = summary[key]
             refs = reference_samples(self.cfg)
             for m in METRICS.values():
-                if m.relative is not None:
-                    for key, value in metrics.flatten(m.name, metrics.relative(m, samples, refs)).items():
-                        if value is not None:
-                            self.run.summary[key] = value
+                if m.relative is None and not m.timed:
+                    continue
+                reading = metrics.read(m, samples, refs)  # the tables' reading: withheld stays out
+                for key, value in metrics.flatten(m.name, reading.value).items():
+                    if value is not None and (m.relative is not None or key not in summary):
+                        self.run.summary[key] = value
+                if reading.caveat is not None:
+                    self.run.summary[f"{m.name}_caveat"] = reading.caveat
             counts = [a for s in samples for a in s.get("rounds_accepted", [])]
             if counts:
                 self.run.log({"accepted_length_histogram": self.wandb.Histogram(counts)})

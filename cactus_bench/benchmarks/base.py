@@ -86,10 +86,13 @@ def task_cells(run, sps, ar) -> Cells:
         return {None: out}
     refs = {"sps": sps.samples if sps is not None else None, "baseline": ar.samples if ar is not None else None}
     for m in metrics.METRICS.values():
-        if m.relative is not None:
-            out.update(metrics.flatten(m.name, metrics.relative(m, run.samples, refs)))
-        if m.timed:
-            out[f"{m.name}_caveat"] = metrics.timing_caveat(m, run.samples, refs.get(m.reference))
+        if m.relative is None and not m.timed:
+            continue
+        reading = metrics.read(m, run.samples, refs)
+        if m.relative is not None or reading.withheld:
+            out.update(metrics.flatten(m.name, reading.value))
+        if reading.caveat is not None:
+            out[f"{m.name}_caveat"] = (reading.withheld, reading.caveat)
     return {None: out}
 
 

@@ -81,6 +81,7 @@ class Rule(ABC):
     """
 
     name: ClassVar[str] = ""
+    label: ClassVar[str] = ""  # how tables, figures and dashboards name it (the name when empty)
     needs_raw: ClassVar[bool] = False
 
     # --- the rule's definition (pure functions over the last axis) ---------------------------------

@@ -22,6 +22,8 @@ def binary_kl(g: Tensor, qn: Tensor) -> Tensor:
 
 @register("cactus")
 class Cactus(TargetRule):
+    label = "Cactus"
+
     def __init__(self, delta: float = 1.0):
         self.delta = check_range(self.name, "delta", delta, 0.0)
 
@@ -52,6 +54,8 @@ class CactusExact(Cactus):
     """γ = the root on [q_n, 1] of binary_kl(γ, q_n) = δ (bisection; binary_kl is increasing there).
 
     Bisection keeps the lower end, so KL(h‖q) ≤ δ holds exactly, not just to round-off."""
+
+    label = "Cactus (exact γ)"
 
     def prepare(self, p, q, n, **raw):
         return {"gamma": self.gamma(gather_last(q, n))}  # one bisection per round, shared by test and target

@@ -7,6 +7,8 @@ from .sps import TargetRule
 
 @register("interp")
 class Interp(TargetRule):
+    label = "Interpolation"
+
     def __init__(self, alpha: float = 0.9):
         self.alpha = check_range(self.name, "alpha", alpha, 0.0, 1.0)
 

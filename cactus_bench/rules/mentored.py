@@ -23,6 +23,8 @@ def mentored_law(p, q, beta):
 
 @register("mentored")
 class Mentored(Rule):
+    label = "Mentored"
+
     def __init__(self, divergence: float = 0.1):
         self.divergence = check_range(self.name, "divergence", divergence, 0.0)
 

@@ -20,6 +20,7 @@ VARIANTS = ("token_v3", "opt")
 
 @register("speccas")
 class SpecCas(TargetRule):
+    label = "SpecCas"
     needs_raw = True
 
     def __init__(self, variant: str = "token_v3", alpha: float = 0.1):

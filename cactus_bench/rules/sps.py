@@ -19,6 +19,8 @@ class TargetRule(Rule):
 
 @register("sps")
 class SpS(TargetRule):
+    label = "SpS"
+
     def target(self, p, q, n, **raw):
         return q
 

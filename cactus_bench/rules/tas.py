@@ -17,6 +17,8 @@ RECOVERIES = ("argmax", "sample")
 
 @register("tas")
 class TAS(Rule):
+    label = "TAS"
+
     def __init__(self, epsilon: float = 0.09, alpha: float | None = None, recovery: str = "argmax"):
         self.epsilon = check_range(self.name, "epsilon", epsilon, 0.0, 1.0)
         # The official code ties α to ε: α = sqrt(ε).

@@ -14,6 +14,8 @@ from .registry import register
 
 @register("topk")
 class TopK(Rule):
+    label = "top-k"
+
     def __init__(self, k: int = 5, require_support: bool = False):
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ValueError(f"topk: k must be an integer >= 1; got {k!r}")

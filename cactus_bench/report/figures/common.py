@@ -14,6 +14,14 @@ import pandas as pd  # noqa: E402
 from ..runs import Run  # noqa: E402
 
 MARKERS = "os^Dvp<>h*"
+CAVEAT_MARK = "⚠"  # a timed figure to be read with its note (the tables' mark)
+
+
+def method_label(method: str) -> str:
+    """A method's name as the tables print it (SpS, TAS, Cactus, ...)."""
+    from ...methods import display_name
+
+    return display_name(method)
 
 
 class Sink:

@@ -4,31 +4,38 @@ from __future__ import annotations
 
 from ... import metrics
 from ..runs import Run
-from .common import delta_label, plt
+from .common import CAVEAT_MARK, delta_label, method_label, plt
 
 
-def speedup_of(run: Run, ar_run: Run) -> tuple[metrics.Estimate | None, str]:
+def speedup_of(run: Run, ar_run: Run) -> tuple[metrics.Reading, str]:
     """The paired speedup where the run has paired times, else the task-time ratio against the separate
-    verifier-alone run; each with its bootstrap 95 % interval, and which one it is."""
-    paired = metrics.paired_speedup(run.samples)
-    if paired is not None:
+    verifier-alone run; each with its bootstrap 95 % interval and its timing caveat (`metrics.read`: the
+    same reading the tables print; a withheld value is None), and which one it is."""
+    paired = metrics.read("paired_speedup", run.samples)
+    if paired.value is not None or paired.withheld:
         return paired, "paired"
-    return metrics.speedup(run.samples, ar_run.samples), "task time"
+    return metrics.read("speedup", run.samples, {"baseline": ar_run.samples}), "task time"
 
 
 def draw(sink, name, title, g, ver) -> None:
     if not len(ver):
         return
     ar_run = ver.iloc[0]["run"]
-    labels, values, lows, highs, kinds = [], [], [], [], set()
+    labels, values, lows, highs, kinds, caveats = [], [], [], [], set(), []
     for _, r in g.sort_values(["method", "delta"]).iterrows():
-        est, kind = speedup_of(r["run"], ar_run)
+        reading, kind = speedup_of(r["run"], ar_run)
+        label = method_label(r["method"]) + delta_label(r)
+        if reading.caveat is not None:
+            caveats.append(f"{label}: {reading.caveat}")
+        est = reading.value
         if est is not None:
-            labels.append(r["method"] + delta_label(r))
+            labels.append(label + (f" {CAVEAT_MARK}" if reading.flagged else ""))
             values.append(est.value)
             lows.append(est.value - est.low)
             highs.append(est.high - est.value)
             kinds.add(kind)
+    if caveats:
+        sink.notes(f"fig3_speedup_{name}", caveats)
     if not values:
         return
     fig, ax = plt.subplots(figsize=(6.2, 0.5 * len(values) + 1.4))
@@ -39,4 +46,6 @@ def draw(sink, name, title, g, ver) -> None:
     ax.invert_yaxis()
     ax.set(xlabel=f"speedup over the verifier alone ({' / '.join(sorted(kinds))}; 95 % bootstrap interval)")
     ax.set_title(f"Speedup — {title}", fontsize=10)
+    if caveats:  # on the figure itself, as the tables print it under theirs
+        fig.text(0, -0.02, "\n".join(f"{CAVEAT_MARK} {c}" for c in caveats), fontsize=6, va="top", wrap=True)
     sink.save(fig, f"fig3_speedup_{name}")
