@@ -60,6 +60,7 @@ class Metric:
     fmt: str = "{:.3g}"
     timed: bool = False  # a wall-time figure: its conditions must match (`timing_caveat`)
     pooled: Callable[[dict], float | None] | None = None  # counters -> value
+    ratio: tuple[str, str] | None = None  # a pooled Σ numerator / Σ denominator: its interval is clustered by item
     relative: Callable[[list[dict], list[dict]], float | Estimate | None] | None = None  # (samples, refs)
     reference: str | None = None  # which reference run `relative` needs
     sampled: Callable[[list[dict]], float | Estimate | None] | None = None  # samples -> value
@@ -82,11 +83,15 @@ def _check_metric(name: str, metric: Metric) -> None:
 METRICS: Registry[Metric] = Registry("metric", _check_metric)
 
 
-def pooled_metric(label: str, fmt: str = "{:.3g}", tracked: bool = True, cli: bool = False):
-    """Decorator: register a function of the pooled counters as the metric of the same name."""
+def pooled_metric(
+    label: str, fmt: str = "{:.3g}", tracked: bool = True, cli: bool = False, ratio: tuple[str, str] | None = None
+):
+    """Decorator: register a function of the pooled counters as the metric of the same name. `ratio` names
+    its numerator and denominator counters when it is Σ numerator / Σ denominator over items: summaries then
+    store its 95 % interval (`ratio_interval`) under `<name>_ci`."""
 
     def deco(fn: Callable[[dict], float | None]) -> Callable[[dict], float | None]:
-        METRICS.add(fn.__name__, Metric(fn.__name__, label, fmt, pooled=fn, tracked=tracked, cli=cli))
+        METRICS.add(fn.__name__, Metric(fn.__name__, label, fmt, pooled=fn, ratio=ratio, tracked=tracked, cli=cli))
         return fn
 
     return deco
@@ -111,9 +116,63 @@ def sampled_metric(label: str, fmt: str = "{:.3g}", tracked: bool = True, cli: b
 
 class Estimate(NamedTuple):
     value: float
-    low: float  # 95 % bootstrap interval over items
+    low: float  # 95 % interval over items (bootstrap, delta method or t, as the metric says)
     high: float
     items: int
+
+
+Z95 = 1.959963984540054  # the standard normal's 97.5 % point
+
+
+T95_SMALL = {1: 12.706204736174705, 2: 4.302652729749464, 3: 3.182446305284263, 4: 2.7764451051977987}
+
+
+def t95(df: int) -> float:
+    """Student's t 97.5 % point for `df` degrees of freedom: exact up to 4, then the Cornish-Fisher expansion
+    about the normal's (within 0.11 % of the exact value at 5, 0.01 % from 10 on)."""
+    if df in T95_SMALL:
+        return T95_SMALL[df]
+    z = Z95
+    return (
+        z
+        + (z**3 + z) / (4 * df)
+        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3)
+    )
+
+
+def mean_interval(values: list[float]) -> Estimate | None:
+    """The mean of per-item values with a 95 % t interval (standard error: sample deviation / sqrt n)."""
+    n = len(values)
+    if n < 2:
+        return None
+    mean = sum(values) / n
+    se = (sum((v - mean) ** 2 for v in values) / (n - 1) / n) ** 0.5
+    half = t95(n - 1) * se
+    return Estimate(mean, mean - half, mean + half, n)
+
+
+def ratio_interval(pairs: list[tuple[float, float]]) -> Estimate | None:
+    """R = Σ a_i / Σ b_i over items i with its 95 % interval by the delta method, clustered by item (each
+    item's rounds are one cluster: rounds of one item are not independent): var R ≈ n/(n−1) · Σ (a_i − R b_i)²
+    / (Σ b_i)², and R ± t(n−1) · sqrt(var R)."""
+    pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
+    n, den = len(pairs), sum(b for _, b in pairs)
+    if n < 2 or not den:
+        return None
+    r = sum(a for a, _ in pairs) / den
+    se = (n / (n - 1) * sum((a - r * b) ** 2 for a, b in pairs)) ** 0.5 / den
+    half = t95(n - 1) * se
+    return Estimate(r, r - half, r + half, n)
+
+
+def paired_difference(samples: list[dict], reference: list[dict]) -> Estimate | None:
+    """Mean per-item score difference (this run − the reference run) over the items both scored, with its
+    95 % t interval: each item is its own pair, so the items' own difficulty cancels (an unpaired comparison
+    of two means carries it twice)."""
+    ref = {s["id"]: s.get("score") for s in reference}
+    diffs = [s["score"] - ref[s["id"]] for s in samples if s.get("score") is not None and ref.get(s["id"]) is not None]
+    return mean_interval(diffs)
 
 
 def ratio_of_sums(pairs: list[tuple[float, float]], resamples: int = 2000, seed: int = 0) -> Estimate | None:
@@ -153,40 +212,40 @@ METRICS.add("score", Metric("score", "score", "{:.2f}", cli=True))  # the task's
 METRICS.add("n", Metric("n", "n", "{:.0f}", tracked=False))  # the items a table's cells are computed on
 
 
-@pooled_metric("AL", "{:.2f}", cli=True)
+@pooled_metric("AL", "{:.2f}", cli=True, ratio=("accepted", "verifier_calls"))
 def accepted_length(c: dict) -> float | None:
     """Drafts accepted before the first rejection, per verifier call (the paper's AL_m); none without drafts
     (the verifier alone), not 0."""
     return _ratio(c["accepted"], c["verifier_calls"]) if c["drafted"] else None
 
 
-@pooled_metric("τ", "{:.2f}", cli=True)
+@pooled_metric("τ", "{:.2f}", cli=True, ratio=("new_tokens", "verifier_calls"))
 def tau(c: dict) -> float | None:
     """Emitted tokens per verifier call (Spec-Bench's mean accepted tokens; 1 for the verifier alone)."""
     return _ratio(c["new_tokens"], c["verifier_calls"])
 
 
-@pooled_metric("acc. rate (any)", cli=True)
+@pooled_metric("acc. rate (any)", cli=True, ratio=("accepted_any", "drafted"))
 def acceptance_rate(c: dict) -> float | None:
     """Drafts whose accept test passed, at any position, / drafts (what vLLM's spec-decode counters report,
     and what a "96 % acceptance" can only mean)."""
     return _ratio(c["accepted_any"], c["drafted"])
 
 
-@pooled_metric("acc. rate (prefix)", cli=True)
+@pooled_metric("acc. rate (prefix)", cli=True, ratio=("accepted", "drafted"))
 def prefix_acceptance(c: dict) -> float | None:
     """Drafts accepted before the first rejection / drafts: AL / m when every call drafts m."""
     return _ratio(c["accepted"], c["drafted"])
 
 
-@pooled_metric("target KL", cli=True)
+@pooled_metric("target KL", cli=True, ratio=("kl_sum", "kl_count"))
 def target_kl(c: dict) -> float | None:
     """Mean over decided positions of KL(h‖q) for the target the rule verified against: the divergence
     budget it spent (Cactus's δ constrains this), not what it emitted (`output_kl`)."""
     return _ratio(c["kl_sum"], c["kl_count"])
 
 
-@pooled_metric("output KL", cli=True)
+@pooled_metric("output KL", cli=True, ratio=("out_kl_sum", "out_kl_count"))
 def output_kl(c: dict) -> float | None:
     """Mean over decided positions of KL(P_out‖q), P_out the rule's exact law of the token it emits there:
     how far what the method writes strays from the verifier (0 for SpS, and for Cactus when p = q)."""
@@ -208,7 +267,7 @@ def upgrade(summary: dict) -> dict:
     return {RENAMED.get(k, k): v for k, v in summary.items()}
 
 
-@pooled_metric("rej/token")
+@pooled_metric("rej/token", ratio=("rejected", "new_tokens"))
 def rejected_per_token(c: dict) -> float | None:
     """r = Σ(drafted − accepted) / Σ emitted: the quantity Rej compares."""
     return _ratio(c["rejected"], c["new_tokens"])
@@ -226,11 +285,40 @@ def tokens_per_s(c: dict) -> float | None:
 
 
 @relative_metric("Rej %", reference="sps", fmt="{:+.0f}%")
-def rej(samples: list[dict], sps_samples: list[dict]) -> float | None:
-    """Relative change (%) of rejected drafts per emitted token vs SpS; negative is better."""
+def rej(samples: list[dict], sps_samples: list[dict]) -> Estimate | None:
+    """Relative change (%) of rejected drafts per emitted token vs SpS; negative is better. Its 95 % interval
+    is a percentile bootstrap resampling the items both runs decoded (each item's pair of runs together)."""
     r = rejected_per_token(pool(samples))
     r_sps = rejected_per_token(pool(sps_samples))
-    return 100.0 * (r / r_sps - 1.0) if (r is not None and r_sps) else None
+    if r is None or not r_sps:
+        return None
+    value = 100.0 * (r / r_sps - 1.0)
+    ref = {s["id"]: s["stats"] for s in sps_samples}
+    items = [(s["stats"], ref[s["id"]]) for s in samples if s["id"] in ref]
+    if len(items) < 2:
+        return Estimate(value, value, value, len(items))
+    rng, stats = random.Random(0), []
+    for _ in range(1000):
+        draw = [items[rng.randrange(len(items))] for _ in items]
+        num = [sum(x[k] for x, _ in draw) for k in ("rejected", "new_tokens")]
+        den = [sum(y[k] for _, y in draw) for k in ("rejected", "new_tokens")]
+        if num[1] and den[0] and den[1]:
+            stats.append(100.0 * ((num[0] / num[1]) / (den[0] / den[1]) - 1.0))
+    stats.sort()
+    return Estimate(value, stats[int(0.025 * len(stats))], stats[int(0.975 * len(stats)) - 1], len(items))
+
+
+@relative_metric("Δ score vs verifier", reference="baseline", fmt="{:+.2f}")
+def score_delta(samples: list[dict], baseline_samples: list[dict]) -> Estimate | None:
+    """Mean per-item score difference against the verifier alone on the items both scored (points), with a
+    95 % t interval of the paired differences (`paired_difference`). A lossless method's is 0 in expectation."""
+    return paired_difference(samples, baseline_samples)
+
+
+@relative_metric("Δ score vs SpS", reference="sps", fmt="{:+.2f}")
+def score_delta_sps(samples: list[dict], sps_samples: list[dict]) -> Estimate | None:
+    """Mean per-item score difference against SpS on the items both scored, with its paired 95 % interval."""
+    return paired_difference(samples, sps_samples)
 
 
 @sampled_metric("speedup (paired)", "{:.2f}×", cli=True, timed=True)
@@ -343,6 +431,11 @@ def decode_metrics(samples: list[dict]) -> dict:
         **derive(c),
     }
     for m in METRICS.values():
+        if m.ratio is not None and out.get(m.name) is not None:
+            num, den = m.ratio
+            est = ratio_interval([(s["stats"].get(num), s["stats"].get(den)) for s in samples])
+            if est is not None:
+                out[f"{m.name}_ci"] = [est.low, est.high]
         if m.sampled is not None:
             reading = read(m, samples)
             out.update(flatten(m.name, reading.value))

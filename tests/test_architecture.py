@@ -175,7 +175,7 @@ def test_rej_reproduces_the_papers_column_from_its_own_accepted_lengths():
     −32/−36/−34 and −46/−46/−50: within 2 points everywhere."""
 
     def samples(al):  # one verifier call per sample, scaled so AL is exact
-        return [{"stats": {"new_tokens": al + 1, "rejected": 20 - al, "drafted": 20, "accepted": al}}]
+        return [{"id": 0, "stats": {"new_tokens": al + 1, "rejected": 20 - al, "drafted": 20, "accepted": al}}]
 
     table = {
         "gsm8k": (5.11, [(6.78, -32), (7.15, -36), (7.00, -34)]),
@@ -183,7 +183,7 @@ def test_rej_reproduces_the_papers_column_from_its_own_accepted_lengths():
     }
     ours = {}
     for data, (sps_al, rows) in table.items():
-        ours[data] = [round(metrics.rej(samples(al), samples(sps_al))) for al, _ in rows]
+        ours[data] = [round(metrics.rej(samples(al), samples(sps_al)).value) for al, _ in rows]
         assert all(abs(o - printed) <= 2 for o, (_, printed) in zip(ours[data], rows))
     assert ours == {"gsm8k": [-30, -35, -33], "gpqa": [-45, -46, -49]}
 

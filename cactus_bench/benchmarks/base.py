@@ -77,7 +77,7 @@ def task_cells(run, sps, ar) -> Cells:
     s = run.summary
     out = {m.name: s.get(m.name) for m in metrics.METRICS.values() if m.relative is None}
     for m in metrics.METRICS.values():
-        if m.sampled:
+        if m.sampled or m.ratio:
             out.update({f"{m.name}_ci": s.get(f"{m.name}_ci"), f"{m.name}_n": s.get(f"{m.name}_n")})
     out["score_stderr"] = s.get("score_stderr")
     out["n"] = s.get("samples")

@@ -46,7 +46,7 @@ class TaskBenchmark:
                 "tokens": gen.output.tokens,
                 "stats": gen.stats(),
                 "rounds_accepted": gen.output.rounds.accepted,
-                "scores": self.scorer.score(item.index, gen.text),
+                **item_scores(self.scorer.score(item.index, gen.text), self.scorer.primary_metric),
                 "finished_at": time.time(),
             }
 
@@ -65,3 +65,9 @@ class TaskBenchmark:
 
     def artifacts(self, samples: list[dict]) -> dict[str, str]:
         return {}
+
+
+def item_scores(scores: dict, primary: str) -> dict:
+    """A sample's scores, and its own headline score in points (`score`: what paired differences compare)."""
+    value = scores.get(primary)
+    return {"scores": scores, "score": None if value is None else 100 * float(value)}

@@ -32,6 +32,10 @@ class Run:
         """Every shard's samples, each item once (a reader never repairs or counts twice)."""
         if self._samples is None:
             self._samples = read_samples(self.folder)
+            key = self.summary.get("score_metric")
+            for s in self._samples:  # runs stored before samples carried their own score
+                if "score" not in s and key is not None and key in s.get("scores", {}):
+                    s["score"] = 100 * float(s["scores"][key])
         return self._samples
 
     @cached_property

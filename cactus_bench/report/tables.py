@@ -92,7 +92,7 @@ def build_table(spec: dict, runs: list[Run], overrides: list[str] = ()) -> tuple
                             "metric_label": kind.labels.get(col),
                             "ours": ours,
                             "stderr": values.get("score_stderr") if col == "score" else None,
-                            "ci": values.get(f"{col}_ci") if ours is not None else None,
+                            "ci": values.get(f"{col}_ci") if ours is not None and shows_interval(spec, col) else None,
                             "n": values.get(f"{col}_n") if col != "n" else None,
                             "mark": mark,
                             **_paper_cell(paper, spec, data, row, col, group),
@@ -101,6 +101,13 @@ def build_table(spec: dict, runs: list[Run], overrides: list[str] = ()) -> tuple
     df = pd.DataFrame.from_records(records, columns=COLUMNS)
     df["diff"] = pd.to_numeric(df["ours"], errors="coerce") - pd.to_numeric(df["paper"], errors="coerce")
     return df, notes
+
+
+def shows_interval(spec: dict, col: str) -> bool:
+    """Comparisons and timings (relative and sampled metrics: Δ score, Rej, speedups) print their 95 %
+    interval; a rate (AL, acceptance, KL) prints its own where the spec lists it under `intervals`."""
+    m = metrics.METRICS.get(col) if col in metrics.METRICS else None
+    return m is not None and (m.relative is not None or m.sampled is not None or col in spec.get("intervals", ()))
 
 
 def _paper_groups(paper: pd.DataFrame | None, row: dict) -> list:
