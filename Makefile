@@ -134,4 +134,4 @@ bench-scoring:  ## Seconds per GPQA reply scored (lm-eval's chains, the thinking
 	$(OFFLINE_ENV) $(PY) scripts/bench_scoring.py --out results/bench/scoring
 
 device-check-cpu:  ## The GPU device check's CPU dry run (small shapes); writes results/gpu/cpu_small.*
-	$(PY) scripts/device_check.py --small --out results/gpu/cpu_small
+	OMP_NUM_THREADS=1 $(PY) scripts/device_check.py --small --budget-s 450 --out results/gpu/cpu_small
