@@ -20,6 +20,7 @@ metric's name and the interval under `<name>_ci`.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -122,6 +123,18 @@ class Estimate(NamedTuple):
 
 
 Z95 = 1.959963984540054  # the standard normal's 97.5 % point
+Z80 = 0.8416212335729143  # its 80 % point: the power a plan asks for
+
+
+def detectable_difference(sd: float, n: int) -> float | None:
+    """The smallest true mean difference a paired comparison of n items detects with 80 % power at α = 0.05
+    (two-sided), given the per-item differences' standard deviation: (z_0.975 + z_0.8) · sd / sqrt(n)."""
+    return (Z95 + Z80) * sd / math.sqrt(n) if n > 0 and sd is not None else None
+
+
+def difference_sd(estimate: Estimate) -> float:
+    """The per-item differences' standard deviation behind a `mean_interval` (from its half-width)."""
+    return (estimate.high - estimate.value) / t95(estimate.items - 1) * math.sqrt(estimate.items)
 
 
 T95_SMALL = {1: 12.706204736174705, 2: 4.302652729749464, 3: 3.182446305284263, 4: 2.7764451051977987}

@@ -2,7 +2,8 @@
 
     python -m cactus_bench.plan sweeps/table1.yaml [shards=8] [gpu=h100|a100|h200] [slots_per_gpu=2] [limit=...]
 
-For every cell of the table spec: items, expected generated tokens per item, and GPU hours side by side for
+For every cell of the table spec: items, expected generated tokens per item, the smallest score difference
+against the verifier alone those items can detect, and GPU hours side by side for
 the eager engine and the fast one at batch size 1, and the engine the spec runs (`engine:`; `auto` is the
 fast one on a GPU) at the spec's batch size (`auto`: what fits the card's memory), plus the timing sample's
 hours; then the wall time with the chosen shards (one
@@ -181,6 +182,25 @@ def cell_cost(cfg, run, gpu: str, timing_sample: int | None, gpus: int = 1, slot
     }
 
 
+ASSUMED_ACCURACY = 0.5  # no stored runs: the verifier's accuracy that makes the differences widest
+
+
+def detectable(cfg, run, baseline_run, items: int) -> tuple[float | None, str]:
+    """The smallest score difference against the verifier alone (points) that `items` items detect, paired,
+    with 80 % power at α = 0.05; the differences' deviation from the stored runs of this setting (`stored`),
+    else assumed: the two decodes of an item independent draws at the verifier's accuracy p, so the
+    difference's variance is 2·p·(1 − p) (p from its stored score, or 0.5)."""
+    from . import metrics
+
+    if run is not None and baseline_run is not None:
+        est = metrics.paired_difference(run.samples, baseline_run.samples)
+        if est is not None and est.items > 2:
+            return metrics.detectable_difference(metrics.difference_sd(est), items), "stored"
+    score = baseline_run.summary.get("score") if baseline_run is not None else None
+    p = score / 100 if score is not None else ASSUMED_ACCURACY
+    return metrics.detectable_difference(100 * math.sqrt(2 * p * (1 - p)), items), "assumed"
+
+
 def _items(cfg) -> int:
     n = ITEMS.get(cfg.data.label, 0)
     return min(n, cfg.limit) if cfg.limit else n
@@ -193,8 +213,14 @@ def plan(spec: dict, shards: int = 1, gpu: str = "h100", overrides: list[str] = 
     for data in spec["data"]:
         for row in spec["rows"]:
             cfg = compose_cell(spec, row, data, overrides)
-            cost = cell_cost(cfg, find_run(runs, cfg), gpu, spec.get("timing_sample"), gpus, slots)
-            rows.append({"data": data, "row": row["label"], **cost})
+            run = find_run(runs, cfg)
+            cost = cell_cost(cfg, run, gpu, spec.get("timing_sample"), gpus, slots)
+            power = {"detectable Δ (pts)": None, "Δ from": ""}
+            if not is_baseline(cfg.method.name) and cost["items"]:
+                baseline_run = find_run(runs, compose_cell(spec, {"method": BASELINE}, data, overrides))
+                size, source = detectable(cfg, run, baseline_run, cost["items"])
+                power = {"detectable Δ (pts)": size, "Δ from": source}
+            rows.append({"data": data, "row": row["label"], **cost, **power})
     df = pd.DataFrame(rows)
     total = {"data": "total", "row": "", "items": df["items"].sum()}
     for col in df.columns:
@@ -225,9 +251,10 @@ def main(argv: list[str] | None = None) -> str:
         f"`estimate` figures come from the cost model (weights and KV cache streamed at {EFFICIENCY:.0%} of "
         f"{BANDWIDTH[gpu] / 1e12:.2f} TB/s, launch-bound floors for eager and compiled forwards), not a "
         "measurement; `chosen` is the engine the runs will use (the spec's `engine`; `auto` is the fast one on a "
-        "GPU) at the spec's batch size; `timing` is its timing sample at batch size 1.\n\n"
-        + df.to_markdown(index=False, floatfmt=".2f")
-        + "\n"
+        "GPU) at the spec's batch size; `timing` is its timing sample at batch size 1. `detectable Δ` is the "
+        "smallest score difference against the verifier alone that the cell's items detect (paired, 80 % power, "
+        "α = 0.05; docs/statistics.md), from stored runs of the setting or assumed (independent decodes at the "
+        "verifier's accuracy, 0.5 when unknown).\n\n" + df.to_markdown(index=False, floatfmt=".2f") + "\n"
     )
     print(text)
     return text

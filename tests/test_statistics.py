@@ -115,3 +115,34 @@ def test_summaries_carry_intervals_for_every_rate():
         low, high = out[f"{name}_ci"]
         assert low < out[name] < high, name
     assert "target_kl_ci" not in out  # no KL counted: no figure, no interval
+
+
+def test_the_detectable_difference_by_hand_and_in_the_plan():
+    """(z_0.975 + z_0.8) · sd / sqrt(n): sd 50 over 100 items gives 14.01 points. The plan states it per cell
+    at the paper's item counts: with no stored runs, assumed independent decodes at accuracy 0.5 (sd 70.7):
+    5.45 points for GSM8K's 1,319 items, 14.08 for GPQA Diamond's 198."""
+    from cactus_bench.plan import main
+
+    assert metrics.detectable_difference(50, 100) == pytest.approx(14.0088, abs=1e-3)
+    text = main(["sweeps/table1.yaml", "gpu=h200"])
+    header = next(line for line in text.splitlines() if line.startswith("| data"))
+    cols = [c.strip() for c in header.strip("|").split("|")]
+
+    def cell(data, row):
+        line = next(x for x in text.splitlines() if x.startswith(f"| {data}") and f"| {row} " in x)
+        return [c.strip() for c in line.strip("|").split("|")][cols.index("detectable Δ (pts)")]
+
+    assert cell("gsm8k", "SpS") == "5.45" and cell("gpqa", "TAS") == "14.08"
+    assert cell("gsm8k", "Verifier") == ""  # no difference to detect against itself
+
+
+def test_a_table_says_when_a_difference_is_below_what_its_items_detect():
+    from cactus_bench.report.tables import below_detectable
+
+    small = below_detectable("score_delta", {"score_delta": 1.0, "score_delta_ci": [-5.0, 7.0], "score_delta_n": 100})
+    assert small and "below the 8.5 points 100 items can detect" in small
+    assert (
+        below_detectable("score_delta", {"score_delta": 10.0, "score_delta_ci": [4.0, 16.0], "score_delta_n": 100})
+        is None
+    )
+    assert below_detectable("accepted_length", {"accepted_length": 0.1}) is None

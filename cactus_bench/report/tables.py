@@ -79,6 +79,9 @@ def build_table(spec: dict, runs: list[Run], overrides: list[str] = ()) -> tuple
             for group, values in groups.items():
                 for col in [*spec["columns"], "n"]:
                     ours, mark = values.get(col), ""
+                    small = below_detectable(col, values)
+                    if small:
+                        notes.append(f"{row['label']}: {small}")
                     caveat = values.get(f"{col}_caveat")
                     if caveat is not None:
                         withheld, reason = caveat
@@ -101,6 +104,25 @@ def build_table(spec: dict, runs: list[Run], overrides: list[str] = ()) -> tuple
     df = pd.DataFrame.from_records(records, columns=COLUMNS)
     df["diff"] = pd.to_numeric(df["ours"], errors="coerce") - pd.to_numeric(df["paper"], errors="coerce")
     return df, notes
+
+
+def below_detectable(col: str, values: dict) -> str | None:
+    """For a paired score difference smaller than what its items can detect (80 % power, α = 0.05), the
+    sentence a reader needs: not evidence of a difference, nor of equality."""
+    m = metrics.METRICS.get(col) if col in metrics.METRICS else None
+    if m is None or m.relative not in (metrics.score_delta, metrics.score_delta_sps):
+        return None
+    value, ci, n = values.get(col), values.get(f"{col}_ci"), values.get(f"{col}_n")
+    if value is None or ci is None or not n or n < 3:
+        return None
+    sd = metrics.difference_sd(metrics.Estimate(value, ci[0], ci[1], n))
+    size = metrics.detectable_difference(sd, n)
+    if abs(value) >= size:
+        return None
+    return (
+        f"{m.label} {m.format(value)} is below the {size:.1f} points {n} items can detect (paired, 80 % power, "
+        "α = 0.05): no evidence of a difference, and no proof of none"
+    )
 
 
 def shows_interval(spec: dict, col: str) -> bool:
