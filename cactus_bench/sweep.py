@@ -26,7 +26,7 @@ from omegaconf import DictConfig
 
 from .methods import Method
 from .report import compose, figures, load_runs, load_spec, render_table
-from .report.specs import cell_config, pair_spec, run_overrides, spec_pairs
+from .report.specs import cell_config, pair_spec, run_overrides, spec_pairs, spec_seeds
 
 SPEC_KEYS = ("pair", "limit", "data", "m", "max_gen_toks", "seed", "batch_size", "timing_sample", "engine")
 
@@ -127,10 +127,12 @@ def unfinished(todo: list, shards: int) -> list[str]:
 
 
 def spec_cells(spec: dict) -> list[tuple[dict, dict, str]]:
-    """(the pair's spec, row, dataset) of every cell, in the order `cells` composes them."""
+    """(the pair's spec at one seed, row, dataset) of every cell, in the order `cells` composes them: a spec
+    with `seeds: [...]` runs every cell once per seed (each seed its own run)."""
     return [
-        (pair_spec(spec, pair), row, data)
+        ({**pair_spec(spec, pair), "seed": seed}, row, data)
         for _, pair in spec_pairs(spec)
+        for seed in spec_seeds(spec)
         for data in spec["data"]
         for row in spec["rows"]
     ]

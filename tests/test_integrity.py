@@ -19,7 +19,7 @@ from cactus_bench.app import run as run_mod
 from cactus_bench.app.lock import LockHeld, RunLock
 from cactus_bench.app.store import RunStore, StoreError, read_samples, read_samples_file, run_dir
 from cactus_bench.benchmarks.data import DataError
-from cactus_bench.report import load_runs, load_spec, render_table
+from cactus_bench.report import build_table, load_runs, load_spec, render_table
 
 from .helpers.cli import run_main
 from .helpers.configs import cfg_of, pair_overrides
@@ -369,3 +369,33 @@ def test_every_reader_shows_a_timed_metric_with_the_same_caveat(small_pair_dir, 
     figures(load_runs(tmp_path), tmp_path / "figs")
     notes = next((tmp_path / "figs").glob("fig3_speedup_*_notes.txt")).read_text()
     assert caveat in notes
+
+
+def test_several_seeds_are_runs_of_their_own_and_a_table_pools_them_by_item(small_pair_dir, tmp_path):
+    """A spec with `seeds: [0, 1]` sweeps every cell once per seed (each its own run); its table pools a
+    cell's seeds item by item: n is the items, and an interval is clustered by item (an item's counters
+    summed over its seeds are one unit), not computed as if the 2n decodes were independent."""
+    from cactus_bench.metrics import ratio_interval
+    from cactus_bench.sweep import spec_cells
+
+    spec = {**demo_spec(limit=4), "seeds": [0, 1], "columns": ["score", "accepted_length"]}
+    assert len(spec_cells(spec)) == 2 * len(spec["rows"])
+    for seed in (0, 1):
+        for method in ("ar", "sps"):
+            run_cell(method, f"seed={seed}", results=tmp_path, pair_dir=small_pair_dir, limit=4)
+    spec["rows"] = [r for r in spec["rows"] if r["method"] in ("ar", "sps")]
+    spec["intervals"] = ["accepted_length"]
+    df, notes = build_table(spec, load_runs(tmp_path), pair_overrides(small_pair_dir))
+    assert any("each cell pools 2 seeds (0, 1)" in n for n in notes)
+    decodes = [s for r in load_runs(tmp_path) if r.identity.method == "sps" for s in r.samples]
+    items = {}
+    for s in decodes:
+        a, b = items.get(s["id"], (0, 0))
+        items[s["id"]] = (a + s["stats"]["accepted"], b + s["stats"]["verifier_calls"])
+    clustered = ratio_interval(list(items.values()))
+    independent = ratio_interval([(s["stats"]["accepted"], s["stats"]["verifier_calls"]) for s in decodes])
+    cell = df[(df["label"] == "SpS") & (df["metric"] == "accepted_length")].iloc[0]
+    assert cell["ours"] == pytest.approx(clustered.value)
+    assert list(cell["ci"]) == pytest.approx([clustered.low, clustered.high])
+    assert list(cell["ci"]) != pytest.approx([independent.low, independent.high])  # the 2n decodes as units
+    assert df[(df["label"] == "SpS") & (df["metric"] == "n")].iloc[0]["ours"] == 4

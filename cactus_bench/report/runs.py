@@ -71,6 +71,40 @@ class Run:
         return Run(self.folder, self.config, summary, samples)
 
 
+def pool_seeds(runs: list[Run]) -> Run | None:
+    """A setting's runs at several seeds as one run whose samples are items: each item's counters and times
+    summed over the seeds, its score their mean. Every interval computed from it is then clustered by item
+    (an item decoded k times is one unit, not k), and its n is the items all the seeds decoded. One run (or
+    none) is returned as it is."""
+    runs = [r for r in runs if r is not None]
+    if len(runs) < 2:
+        return runs[0] if runs else None
+    shared = set.intersection(*({s["id"] for s in r.samples} for r in runs))
+    by_id = [{s["id"]: s for s in r.samples if s["id"] in shared} for r in runs]
+    key = runs[0].summary.get("score_metric")
+    samples = []
+    for first in runs[0].samples:
+        if first["id"] not in shared:
+            continue
+        parts = [b[first["id"]] for b in by_id]
+        scores = [p.get("score") for p in parts]
+        score = sum(scores) / len(scores) if all(v is not None for v in scores) else None
+        conditions = {json.dumps(p.get("conditions", {}), sort_keys=True, default=str) for p in parts}
+        samples.append(
+            {
+                "index": first["index"],
+                "id": first["id"],
+                "stats": metrics.add_stats([p["stats"] for p in parts]),
+                "score": score,
+                "scores": {key: score / 100} if key and score is not None else {},
+                "conditions": first.get("conditions", {}) if len(conditions) == 1 else {"mixed": sorted(conditions)},
+            }
+        )
+    head = runs[0]
+    summary = {**head.summary, **head.kind.summary(samples, head.config["data"]), "seeds": len(runs)}
+    return Run(head.folder, head.config, summary, samples)
+
+
 class AmbiguousRuns(ValueError):
     """Two stored runs have the same identity (a copied folder): a table cannot choose between them."""
 

@@ -55,6 +55,8 @@ def load_spec(path: str | Path, overrides: dict | None = None) -> dict:
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     if spec.get("pairs") and "pair" in overrides:
         spec["pair_override"] = overrides["pair"]
+    if "seed" in overrides:  # one seed asked for on the command line: not the spec's list
+        spec.pop("seeds", None)
     spec.update(overrides)
     spec["rows"] = expand_rows(spec["rows"])
     return spec
@@ -65,6 +67,13 @@ def spec_pairs(spec: dict) -> list[tuple[str, str]]:
     families = spec.get("pairs") or [spec["pair"]]
     override = spec.get("pair_override")
     return [(family, override or family) for family in families]
+
+
+def spec_seeds(spec: dict) -> list[int]:
+    """The seeds a spec runs: `seeds: [0, 1, 2]` (each seed its own run; a table pools them by item), or its
+    one `seed` (default 0, as the authors ran)."""
+    seeds = spec.get("seeds")
+    return [int(x) for x in seeds] if seeds else [int(spec.get("seed", 0))]
 
 
 def pair_spec(spec: dict, pair: str) -> dict:

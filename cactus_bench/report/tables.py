@@ -19,8 +19,8 @@ from ..app.identity import RunIdentity
 from ..benchmarks.base import KINDS
 from ..methods import BASELINE
 from ..utils import write_text_atomic
-from .runs import Run, find, references
-from .specs import compose_cell
+from .runs import Run, find, pool_seeds
+from .specs import compose_cell, spec_seeds
 
 log = logging.getLogger("cactus_bench")
 
@@ -51,17 +51,26 @@ def build_table(spec: dict, runs: list[Run], overrides: list[str] = ()) -> tuple
     difference. `overrides` are the Hydra overrides the runs were made with beyond the spec's."""
     paper = pd.read_csv(spec["paper"]) if spec.get("paper") and Path(spec["paper"]).exists() else None
     records, notes = [], []
+    seeds = spec_seeds(spec)
+
+    def pooled(row: dict, data: str) -> Run | None:  # the cell's runs at the spec's seeds, pooled by item
+        found = [find(runs, RunIdentity.of(compose_cell({**spec, "seed": s}, row, data, overrides))) for s in seeds]
+        return pool_seeds(found) if all(r is not None for r in found) else None
+
+    if len(seeds) > 1:
+        notes.append(
+            f"each cell pools {len(seeds)} seeds ({', '.join(map(str, seeds))}): n items × {len(seeds)} "
+            "seeds, every interval clustered by item"
+        )
     for data in spec["data"]:
-        anchor = compose_cell(spec, {"method": "sps"}, data, overrides)  # the setting's SpS run
-        refs = references(runs, RunIdentity.of(anchor))
+        anchor = compose_cell({**spec, "seed": seeds[0]}, {"method": "sps"}, data, overrides)  # the SpS run
+        refs = {"sps": pooled({"method": "sps"}, data), "baseline": pooled({"method": BASELINE}, data)}
         kind = KINDS.get(anchor.data.kind)
         if refs["sps"] is None:
             notes.append(f"{data}: no SpS run (pair {spec['pair']}, m={spec['m']}): Rej not computed")
         if refs["baseline"] is None:
             notes.append(f"{data}: no verifier-alone ({BASELINE}) run: speedup not computed")
-        found = {
-            row["label"]: find(runs, RunIdentity.of(compose_cell(spec, row, data, overrides))) for row in spec["rows"]
-        }
+        found = {row["label"]: pooled(row, data) for row in spec["rows"]}
         present = [r for r in [*found.values(), *refs.values()] if r is not None]
         if present:  # one item set for every cell of this dataset: the items all its runs share
             shared = set.intersection(*({s["id"] for s in r.samples} for r in present))
