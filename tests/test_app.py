@@ -370,3 +370,42 @@ def test_lm_eval_drives_our_model_by_name(small_pair_dir):
     assert len(lm.records) == 2 and all(r["drafted"] > 0 and r["new_tokens"] <= 8 for r in lm.records)
     with pytest.raises(ValueError, match="need verifier"):
         CactusLM.create_from_arg_string(f"drafter={small_pair_dir / 'drafter'}")
+
+
+def test_figure_1_draws_each_methods_paired_difference_from_the_verifier(fixture_store, tmp_path, monkeypatch):
+    """Beside score vs AL, Figure 1 plots each method's Δ score vs the verifier alone with its paired 95 %
+    interval: the values `metrics.paired_difference` gives for the same runs (per-item scores set apart per
+    method here: the small pair scores 0 on every item)."""
+    import random
+
+    from cactus_bench import metrics
+    from cactus_bench.report import Run, figures
+    from cactus_bench.report.figures import common
+
+    drawn = {}
+    real = common.Sink.save
+
+    def save(self, fig, name):
+        if name.startswith("fig1_tradeoff"):
+            drawn["points"] = [
+                (float(c.lines[0].get_ydata()[0]), *(float(v) for v in c.lines[2][0].get_segments()[0][:, 1]))
+                for c in fig.axes[1].containers
+            ]
+            drawn["titles"] = [ax.get_title() for ax in fig.axes]
+        real(self, fig, name)
+
+    monkeypatch.setattr(common.Sink, "save", save)
+    rng = random.Random(0)
+    runs = [
+        Run(r.folder, r.config, r.summary, [{**x, "score": 100.0 * (rng.random() < 0.6)} for x in r.samples])
+        for r in load_runs(fixture_store)
+    ]
+    figures(runs, tmp_path)
+    assert len(drawn["points"]) == 4 and "n = 3 items" in drawn["titles"][1]
+    ver = next(r for r in runs if r.is_baseline)
+    want = sorted(
+        (e.value, e.low, e.high)
+        for e in (metrics.paired_difference(r.samples, ver.samples) for r in runs if not r.is_baseline)
+    )
+    assert [pytest.approx(p) for p in sorted(drawn["points"])] == want
+    assert len({w[0] for w in want}) > 1  # the methods' differences are not all alike
