@@ -92,7 +92,7 @@ class Check:
         left = self.args.budget_s - (time.perf_counter() - self.t0)
         if left < needs_s:
             self.report["skipped"].append(f"{section} (needs ~{needs_s:.0f}s, {left:.0f}s left)")
-            self.log(f"skipping {section}: {left:.0f}s left")
+            self.save("skipped", self.report["skipped"])  # the files say so at once, like a finished section
             return False
         return True
 
@@ -280,8 +280,9 @@ class Check:
 
     def batched(self, compile) -> dict:
         out = {}
+        compiled_one = "error" not in self.report.get("round_fast", {"error": 1})  # B = 1's graphs exist
         for rows in self.args.batches:
-            graphs = self.graphs("sps", self.args.context) if compile and rows > 1 else 0
+            graphs = self.graphs("sps", self.args.context) if compile and (rows > 1 or not compiled_one) else 0
             if not self.within_budget(f"batched B={rows}", 15 + graphs * self.compile_s):
                 break
             engine = self.engine("sps", compile, rows)
@@ -343,7 +344,10 @@ class Check:
             self.section("agreement", self.agreement, 20, graphs=2)
         else:
             self.report["skipped"].append("fast engine (--no-compile)")
-        batched_graphs = sum(self.graphs("sps", a.context) for rows in a.batches if rows > 1) if fast else 0
+        compiled_one = "error" not in self.report.get("round_fast", {"error": 1})
+        batched_graphs = (
+            sum(self.graphs("sps", a.context) for rows in a.batches if rows > 1 or not compiled_one) if fast else 0
+        )
         self.section("batched", lambda: self.batched("inductor" if fast else None), 30, graphs=batched_graphs)
         self.section("rules_ms", self.rules, 20)
         print(markdown(self.report))
