@@ -98,9 +98,13 @@ def pooled_metric(
     return deco
 
 
-def relative_metric(label: str, reference: str, fmt: str = "{:.3g}", tracked: bool = True, timed: bool = False):
+def relative_metric(
+    label: str, reference: str, fmt: str = "{:.3g}", tracked: bool = True, timed: bool = False, cli: bool = False
+):
     def deco(fn: Callable[[list[dict], list[dict]], float | None]):
-        metric = Metric(fn.__name__, label, fmt, relative=fn, reference=reference, tracked=tracked, timed=timed)
+        metric = Metric(
+            fn.__name__, label, fmt, relative=fn, reference=reference, tracked=tracked, timed=timed, cli=cli
+        )
         METRICS.add(fn.__name__, metric)
         return fn
 
@@ -321,7 +325,7 @@ def rej(samples: list[dict], sps_samples: list[dict]) -> Estimate | None:
     return Estimate(value, stats[int(0.025 * len(stats))], stats[int(0.975 * len(stats)) - 1], len(items))
 
 
-@relative_metric("Δ score vs verifier", reference="baseline", fmt="{:+.2f}")
+@relative_metric("Δ score vs verifier", reference="baseline", fmt="{:+.2f}", cli=True)
 def score_delta(samples: list[dict], baseline_samples: list[dict]) -> Estimate | None:
     """Mean per-item score difference against the verifier alone on the items both scored (points), with a
     95 % t interval of the paired differences (`paired_difference`). A lossless method's is 0 in expectation."""

@@ -399,3 +399,16 @@ def test_several_seeds_are_runs_of_their_own_and_a_table_pools_them_by_item(smal
     assert list(cell["ci"]) == pytest.approx([clustered.low, clustered.high])
     assert list(cell["ci"]) != pytest.approx([independent.low, independent.high])  # the 2n decodes as units
     assert df[(df["label"] == "SpS") & (df["metric"] == "n")].iloc[0]["ours"] == 4
+
+
+def test_a_runs_summary_stores_its_paired_difference_from_the_verifier(small_pair_dir, tmp_path):
+    """Run after the setting's verifier-alone run, a method's summary carries Δ score vs the verifier with its
+    paired interval and n (what the CLI prints at the end of the run); without that run, no Δ."""
+    lone = run_cell("sps", results=tmp_path / "alone", pair_dir=small_pair_dir, limit=3)
+    assert "score_delta" not in lone
+    run_cell("ar", results=tmp_path, pair_dir=small_pair_dir, limit=3)
+    summary = run_cell("sps", results=tmp_path, pair_dir=small_pair_dir, limit=3)
+    folder = run_dir(cfg_of(*TINY, "method=sps", "limit=3", results=tmp_path, pair_dir=small_pair_dir))
+    stored = json.loads((folder / "summary.json").read_text())
+    assert stored["score_delta_n"] == 3 and len(stored["score_delta_ci"]) == 2
+    assert stored["score_delta"] == summary["score_delta"]

@@ -150,7 +150,6 @@ def _run(cfg: DictConfig, method: Method | None) -> dict:
             store.shard is not None and "/".join(map(str, store.shard)) not in summary["missing_shards"]
         )
         store.finish("complete" if mine_done else "incomplete", limit=cfg.limit)
-        summary = {**summary, **relative_readings(cfg, store.samples())}  # printed, not stored
         if cfg.tracking.backend != "none":
             tracker.log_figures(accepted_length_figure(finished, store.folder))
         tracker.finish(summary, store.samples())
@@ -163,8 +162,9 @@ def _run(cfg: DictConfig, method: Method | None) -> dict:
 
 
 def relative_readings(cfg: DictConfig, samples: list[dict]) -> dict:
-    """The run's relative metrics against this setting's stored reference runs, read as the tables read
-    them (`metrics.read`: a withheld value is left out, a caveat kept)."""
+    """The run's relative metrics (Δ score, Rej, speedups) against this setting's stored reference runs, read
+    as the tables read them (`metrics.read`: a withheld value is left out, a caveat kept). Stored in the run's
+    summary as of when it was written; tables recompute them on the items every cell shares."""
     from .tracking import reference_samples
 
     refs, out = reference_samples(cfg), {}
@@ -226,6 +226,8 @@ def merge(cfg: DictConfig, method: Method, bench: Benchmark, store: RunStore, wa
     have = {s["index"]: s for s in store.samples()}
     samples = [have[k] for k in wanted if k in have]
     summary = summarise(cfg, method, samples, bench)
+    if method.uses_drafter:  # against this setting's stored reference runs, read as the tables read them
+        summary.update(relative_readings(cfg, samples))
     missing = [pos for pos, k in enumerate(wanted) if k not in have]
     summary["complete"] = not missing
     if missing:
