@@ -190,15 +190,15 @@ def detectable(cfg, run, baseline_run, items: int) -> tuple[float | None, str]:
     with 80 % power at α = 0.05; the differences' deviation from the stored runs of this setting (`stored`),
     else assumed: the two decodes of an item independent draws at the verifier's accuracy p, so the
     difference's variance is 2·p·(1 − p) (p from its stored score, or 0.5)."""
-    from . import metrics
+    from . import intervals
 
     if run is not None and baseline_run is not None:
-        est = metrics.paired_difference(run.samples, baseline_run.samples)
+        est = intervals.paired_difference(run.samples, baseline_run.samples)
         if est is not None and est.items > 2:
-            return metrics.detectable_difference(metrics.difference_sd(est), items), "stored"
+            return intervals.detectable_difference(intervals.difference_sd(est), items), "stored"
     score = baseline_run.summary.get("score") if baseline_run is not None else None
     p = score / 100 if score is not None else ASSUMED_ACCURACY
-    return metrics.detectable_difference(100 * math.sqrt(2 * p * (1 - p)), items), "assumed"
+    return intervals.detectable_difference(100 * math.sqrt(2 * p * (1 - p)), items), "assumed"
 
 
 def _items(cfg) -> int:

@@ -374,11 +374,11 @@ def test_lm_eval_drives_our_model_by_name(small_pair_dir):
 
 def test_figure_1_draws_each_methods_paired_difference_from_the_verifier(fixture_store, tmp_path, monkeypatch):
     """Beside score vs AL, Figure 1 plots each method's Δ score vs the verifier alone with its paired 95 %
-    interval: the values `metrics.paired_difference` gives for the same runs (per-item scores set apart per
+    interval: the values `intervals.paired_difference` gives for the same runs (per-item scores set apart per
     method here: the small pair scores 0 on every item)."""
     import random
 
-    from cactus_bench import metrics
+    from cactus_bench import intervals
     from cactus_bench.report import Run, figures
     from cactus_bench.report.figures import common
 
@@ -405,7 +405,7 @@ def test_figure_1_draws_each_methods_paired_difference_from_the_verifier(fixture
     ver = next(r for r in runs if r.is_baseline)
     want = sorted(
         (e.value, e.low, e.high)
-        for e in (metrics.paired_difference(r.samples, ver.samples) for r in runs if not r.is_baseline)
+        for e in (intervals.paired_difference(r.samples, ver.samples) for r in runs if not r.is_baseline)
     )
     assert [pytest.approx(p) for p in sorted(drawn["points"])] == want
     assert len({w[0] for w in want}) > 1  # the methods' differences are not all alike

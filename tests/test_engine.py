@@ -9,7 +9,7 @@ import torch
 from torch._dynamo.utils import counters
 
 from cactus_bench.bench.launch import per_round
-from cactus_bench.decode import Engine, EngineOptions, Job
+from cactus_bench.decode import Engine, EngineOptions, Job, graphs, memory
 from cactus_bench.decode import cache as cache_mod
 from cactus_bench.rules import build_rule
 
@@ -222,7 +222,7 @@ def test_each_model_has_its_own_recompile_limit_and_passing_it_is_an_error(monke
     monkeypatch.setattr(cache_mod, "RECOMPILE_LIMIT", 1)
     drafter, verifier = fresh_pair()
     engine = Engine(verifier, drafter, build_rule("sps"), 3, options=EngineOptions(1, "eager"))
-    with pytest.raises(cache_mod.RecompileLimitError, match="more than 1 compiled graphs"):
+    with pytest.raises(graphs.RecompileLimitError, match="more than 1 compiled graphs"):
         decode(engine, jobs([[1, 2, 3]], new_tokens=12))
 
 
@@ -232,14 +232,14 @@ def test_batch_size_auto_is_chosen_once_per_pair_and_process(monkeypatch):
     afresh after the first run (what the engine did before) picks fewer rows."""
     drafter, verifier = fresh_pair()
     capacity, lookahead = cache_mod.capacity_for(3 + 40 + 5), 5
-    per_row = cache_mod.row_bytes([verifier, drafter], capacity, lookahead, 64, prompt=3)
+    per_row = memory.row_bytes([verifier, drafter], capacity, lookahead, 64, prompt=3)
     card = 10 * per_row / 0.8 + 1  # room for 10 rows
 
     def pooled_bytes():  # this pair's caches: what the simulated card holds
         return sum(
             layer.keys.numel() * layer.keys.element_size() * 2
             for model in (verifier, drafter)
-            for c in cache_mod._POOL.get(model, {}).values()
+            for c in cache_mod.POOL.get(model, {}).values()
             for layer in c.layers
             if layer.is_initialized
         )
@@ -254,7 +254,7 @@ def test_batch_size_auto_is_chosen_once_per_pair_and_process(monkeypatch):
         decode(engine, jobs([[1, 2, 3]] * 12, new_tokens=40))
         chosen.append(engine.vm.rows)
     assert chosen == [10, 10, 10]
-    assert cache_mod.auto_rows([verifier, drafter], per_row) < 10  # control: the stale caches counted as used
+    assert memory.auto_rows([verifier, drafter], per_row) < 10  # control: the stale caches counted as used
 
 
 # --- grouped-query attention reads each K/V head once --------------------------------------------------------
@@ -322,8 +322,8 @@ def test_the_memory_model_of_batch_size_auto_on_the_papers_pair(monkeypatch):
     drafter = meta(SHAPES["qwen3-0.6b"])
     m, prompt = 20, 1000
     capacity = cache_mod.capacity_for(prompt + 4096 + m + 2)
-    per_row = cache_mod.row_bytes([verifier, drafter], capacity, m, 151936, prompt)
-    kv = capacity * (cache_mod.bytes_per_position(verifier) + cache_mod.bytes_per_position(drafter))
+    per_row = memory.row_bytes([verifier, drafter], capacity, m, 151936, prompt)
+    kv = capacity * (memory.bytes_per_position(verifier) + memory.bytes_per_position(drafter))
     allocated = 0
     for model in (verifier, drafter):
         c = cache_mod.RowCache(model.config, 1, capacity, torch.device("meta"))
@@ -339,9 +339,9 @@ def test_the_memory_model_of_batch_size_auto_on_the_papers_pair(monkeypatch):
 
     free = 110 * 2**30
     monkeypatch.setattr("cactus_bench.models.free_bytes", lambda device: free)
-    monkeypatch.setitem(cache_mod.MAX_AUTO_ROWS, "meta", cache_mod.MAX_AUTO_ROWS["cuda"])
-    rows = cache_mod.auto_rows([verifier, drafter], per_row)
+    monkeypatch.setitem(memory.MAX_AUTO_ROWS, "meta", memory.MAX_AUTO_ROWS["cuda"])
+    rows = memory.auto_rows([verifier, drafter], per_row)
     monkeypatch.setenv("CACTUS_BENCH_SLOTS_PER_GPU", "2")
-    half = cache_mod.auto_rows([verifier, drafter], per_row)
+    half = memory.auto_rows([verifier, drafter], per_row)
     assert rows * per_row <= 0.8 * free < (rows + 1) * per_row
     assert half * per_row <= 0.4 * free and half in (rows // 2, rows // 2 + 1)

@@ -6,7 +6,7 @@ runner that hands out its raw outputs (what the engine did before) must fail the
 import pytest
 import torch
 
-from cactus_bench.decode import Engine, EngineOptions, Job, autoregressive_generate, speculative_generate
+from cactus_bench.decode import Engine, EngineOptions, Job, autoregressive_generate, graphs, speculative_generate
 from cactus_bench.decode import cache as cache_mod
 from cactus_bench.rules import build_rule
 
@@ -18,14 +18,14 @@ from .test_decode import M_SMALL, PROMPT, RUNS, V_SMALL, L, ar_law, reference_gr
 
 @pytest.fixture
 def overwritten():
-    with cache_mod.overwritten_outputs():
+    with graphs.overwritten_outputs():
         yield
 
 
 @pytest.fixture
 def raw_outputs(monkeypatch):
     """What the runner did before: the compiled call's outputs handed to the loop as they are."""
-    monkeypatch.setattr(cache_mod, "_copy_out", lambda out: out)
+    monkeypatch.setattr(graphs, "copy_out", lambda out: out)
 
 
 @pytest.fixture(scope="module")
@@ -104,4 +104,4 @@ def test_outputs_are_copied_only_under_cuda_graphs(pair):
     drafter, verifier = pair
     assert not cache_mod.ModelRunner(verifier, 1, 64).graph_outputs
     assert not cache_mod.ModelRunner(verifier, 1, 64, compile="eager").graph_outputs
-    assert cache_mod.uses_cuda_graphs(verifier, "inductor") is (verifier.device.type == "cuda")
+    assert graphs.uses_cuda_graphs(verifier, "inductor") is (verifier.device.type == "cuda")

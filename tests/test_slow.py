@@ -85,7 +85,7 @@ def test_demo_shows_the_accuracy_acceptance_trade_off(env):
     accepts more but scores lower (its interval lies below 0); Cactus accepts more than SpS and its
     difference is consistent with 0; larger δ accepts more and strays further (target KL). Speedups come
     with their intervals."""
-    from cactus_bench import metrics
+    from cactus_bench import intervals
 
     env, results = env
     out = run([sys.executable, "-m", "cactus_bench.sweep", "sweeps/demo.yaml", "progress=false"], env, timeout=1200)
@@ -94,7 +94,7 @@ def test_demo_shows_the_accuracy_acceptance_trade_off(env):
     found = {row["label"]: find_run(runs, compose_cell(spec, row, "arith")) for row in spec["rows"]}
     by_label = {label: r.summary for label, r in found.items()}
     delta = {
-        label: metrics.paired_difference(r.samples, found["Verifier"].samples)
+        label: intervals.paired_difference(r.samples, found["Verifier"].samples)
         for label, r in found.items()
         if label != "Verifier"
     }

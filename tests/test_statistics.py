@@ -7,15 +7,15 @@ import random
 
 import pytest
 
-from cactus_bench import metrics
+from cactus_bench import intervals, metrics
 
 EXACT_T95 = {5: 2.570581836, 10: 2.228138852, 30: 2.042272456, 199: 1.971956544}
 
 
 def test_t_quantiles():
-    assert metrics.t95(3) == pytest.approx(3.182446305, abs=1e-9)
+    assert intervals.t95(3) == pytest.approx(3.182446305, abs=1e-9)
     for df, exact in EXACT_T95.items():
-        assert metrics.t95(df) == pytest.approx(exact, rel=1.2e-3 if df == 5 else 1e-4)
+        assert intervals.t95(df) == pytest.approx(exact, rel=1.2e-3 if df == 5 else 1e-4)
 
 
 def test_paired_difference_by_hand():
@@ -23,7 +23,7 @@ def test_paired_difference_by_hand():
     error 25, half-width t(3) x 25 = 79.56. Items only one run scored are left out."""
     method = [{"id": i, "score": s} for i, s in enumerate([100, 0, 100, 100, 100])]
     ref = [{"id": i, "score": s} for i, s in enumerate([100, 0, 0, 100])] + [{"id": 9, "score": 0}]
-    est = metrics.paired_difference(method, ref)
+    est = intervals.paired_difference(method, ref)
     assert est.items == 4 and est.value == 25
     assert (est.low, est.high) == pytest.approx((25 - 3.182446305 * 25, 25 + 3.182446305 * 25))
 
@@ -31,7 +31,7 @@ def test_paired_difference_by_hand():
 def test_ratio_interval_by_hand():
     """(a, b) = (1, 2), (3, 2), (2, 4): R = 6/8 = 0.75; residuals a − R·b = −0.5, 1.5, −1 (squares 3.5);
     var = 3/2 · 3.5 / 64; half-width t(2) · sqrt(var) = 4.3027 · 0.28641 = 1.2323."""
-    est = metrics.ratio_interval([(1, 2), (3, 2), (2, 4)])
+    est = intervals.ratio_interval([(1, 2), (3, 2), (2, 4)])
     half = 4.302652729749464 * math.sqrt(1.5 * 3.5 / 64)
     assert est.value == 0.75 and (est.low, est.high) == pytest.approx((0.75 - half, 0.75 + half))
 
@@ -56,19 +56,19 @@ def test_a_known_difference_is_detected_and_none_is_flagged_at_about_alpha():
     them; with a 15-point difference in about 90 % (this design's power: the per-item differences' deviation
     is ≈ 63 points, so the standard error is ≈ 4.5 and 15 points lie ≈ 3.3 of them from 0)."""
     rng = random.Random(0)
-    null = sum(excludes_zero(metrics.paired_difference(*simulated_pair(rng, 200, 0.0))) for _ in range(400))
+    null = sum(excludes_zero(intervals.paired_difference(*simulated_pair(rng, 200, 0.0))) for _ in range(400))
     assert 8 <= null <= 32  # 5 % of 400 = 20; a binomial 99.9 % range
-    hits = sum(excludes_zero(metrics.paired_difference(*simulated_pair(rng, 200, 0.15))) for _ in range(200))
+    hits = sum(excludes_zero(intervals.paired_difference(*simulated_pair(rng, 200, 0.15))) for _ in range(200))
     assert 160 <= hits
 
 
 def test_control_a_halved_standard_error_flags_too_often(monkeypatch):
     """The null test above has teeth: intervals half as wide (a wrong standard error) exclude 0 far more
     often than 5 %."""
-    real = metrics.t95
-    monkeypatch.setattr(metrics, "t95", lambda df: real(df) / 2)
+    real = intervals.t95
+    monkeypatch.setattr(intervals, "t95", lambda df: real(df) / 2)
     rng = random.Random(0)
-    null = sum(excludes_zero(metrics.paired_difference(*simulated_pair(rng, 200, 0.0))) for _ in range(400))
+    null = sum(excludes_zero(intervals.paired_difference(*simulated_pair(rng, 200, 0.0))) for _ in range(400))
     assert null > 60
 
 
@@ -92,7 +92,7 @@ def test_the_clustered_ratio_interval_covers_at_about_95_percent_and_a_per_round
     clustered = per_round = 0
     for _ in range(300):
         pairs, rounds = simulated_rounds(rng, 40)
-        c, r = metrics.ratio_interval(pairs), metrics.ratio_interval(rounds)
+        c, r = intervals.ratio_interval(pairs), intervals.ratio_interval(rounds)
         clustered += c.low <= 2.0 <= c.high
         per_round += r.low <= 2.0 <= r.high
     assert 270 <= clustered <= 300  # 95 % of 300 = 285
@@ -123,7 +123,7 @@ def test_the_detectable_difference_by_hand_and_in_the_plan():
     5.45 points for GSM8K's 1,319 items, 14.08 for GPQA Diamond's 198."""
     from cactus_bench.plan import main
 
-    assert metrics.detectable_difference(50, 100) == pytest.approx(14.0088, abs=1e-3)
+    assert intervals.detectable_difference(50, 100) == pytest.approx(14.0088, abs=1e-3)
     text = main(["sweeps/table1.yaml", "gpu=h200"])
     header = next(line for line in text.splitlines() if line.startswith("| data"))
     cols = [c.strip() for c in header.strip("|").split("|")]

@@ -17,20 +17,18 @@ position cannot be rolled back. The window is applied by the attention mask this
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import logging
-import os
 import time
 import types
 import weakref
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 from transformers.cache_utils import Cache, CacheLayerMixin
 
+from . import graphs
 from .attention import grouped_attention, uses_grouped_attention
 
 log = logging.getLogger("cactus_bench")
@@ -181,7 +179,7 @@ class ForwardTimer:
             torch.cuda.synchronize(device)
 
 
-_POOL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {rows: RowCache}
+POOL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {rows: RowCache}
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {backend: compiled step}
 
 
@@ -190,16 +188,16 @@ def pooled_cache(model, rows: int, capacity: int) -> RowCache:
     later run (the same tensors, so compiled graphs stay valid); a run that needs more positions replaces
     it with a larger one. A model keeps one batched cache besides the single row of timing samples: a new
     row count frees the other batched one first, so caches never pile up beyond what `rows_for` budgeted."""
-    by_rows = _POOL.setdefault(model, {})
+    by_rows = POOL.setdefault(model, {})
     if rows not in by_rows or by_rows[rows].capacity < capacity:
         for other in [r for r in by_rows if r == rows or (rows > 1 and r > 1)]:
             del by_rows[other]  # free the smaller (or other batched) one first
-        _empty_device_cache(model)
+        empty_device_cache(model)
         by_rows[rows] = RowCache(model.config, rows, capacity, device_of(model))
     return by_rows[rows]
 
 
-def _empty_device_cache(model) -> None:
+def empty_device_cache(model) -> None:
     if device_of(model).type == "cuda":
         torch.cuda.empty_cache()  # what was freed shows as free memory to the next measurement
 
@@ -238,10 +236,6 @@ def _step(
     return (logits if want_logits else None), probs, token
 
 
-def uses_cuda_graphs(model, backend: str | None) -> bool:
-    return backend == "inductor" and device_of(model).type == "cuda"
-
-
 def compiled_step(model, backend: str) -> Callable:
     """`_step` compiled for this model (CUDA graphs on GPU with inductor: launch-bound drafters need them);
     made once per model and backend and kept while the model lives. Each model compiles its own copy of the
@@ -249,63 +243,11 @@ def compiled_step(model, backend: str) -> Callable:
     drafter's graphs never use up the verifier's allowance."""
     per_model = _COMPILED.setdefault(model, {})
     if backend not in per_model:
-        mode = "reduce-overhead" if uses_cuda_graphs(model, backend) else None
+        mode = "reduce-overhead" if graphs.uses_cuda_graphs(model, backend) else None
         code = _step.__code__.replace(co_name=f"_step_{len(_COMPILED)}_{type(model).__name__}")
         own = types.FunctionType(code, _step.__globals__, code.co_name, _step.__defaults__)
         per_model[backend] = torch.compile(own, backend=backend, mode=mode, dynamic=False)
     return per_model[backend]
-
-
-class RecompileLimitError(RuntimeError):
-    """A model needed more compiled graphs than RECOMPILE_LIMIT: dynamo would otherwise run it eagerly."""
-
-
-@dataclass
-class CompileStats:
-    """Graphs compiled by this process's decode forwards and the seconds the compiling calls took."""
-
-    graphs: int = 0
-    seconds: float = 0.0
-
-
-COMPILES = CompileStats()
-
-
-def _graphs_compiled() -> int:
-    from torch._dynamo.utils import counters
-
-    return counters["stats"]["unique_graphs"]
-
-
-# --- what CUDA graph trees do to a compiled call's outputs -------------------------------------------------
-# torch.compile(mode="reduce-overhead") replays CUDA graphs whose outputs live in the graphs' memory pool: the
-# next replay of any graph of the tree (in inference, every new call) reuses that memory, so a tensor a call
-# returned is overwritten, or refused ("accessing tensor output of CUDAGraphs that has been overwritten"), at
-# the next call. The runner copies out what it returns (`_copy_out`). A CPU cannot replay CUDA graphs, so
-# tests emulate the overwrite: while `overwritten_outputs()` is on, every forward's raw outputs are filled
-# with NaN (integers: -1) at the next forward of any runner, compiled or not.
-_OVERWRITE = {"on": False, "pending": []}
-
-
-@contextlib.contextmanager
-def overwritten_outputs() -> Iterator[None]:
-    """Test mode: a forward's raw outputs are garbage after the next forward, as under CUDA graph trees."""
-    _OVERWRITE["on"], _OVERWRITE["pending"] = True, []
-    try:
-        yield
-    finally:
-        _OVERWRITE["on"], _OVERWRITE["pending"] = False, []
-
-
-def _overwrite_previous() -> None:
-    with torch.inference_mode():
-        for t in _OVERWRITE["pending"]:
-            t.fill_(float("nan") if t.is_floating_point() else -1)
-    _OVERWRITE["pending"] = []
-
-
-def _copy_out(out: tuple) -> tuple:
-    return tuple(t.clone() if t is not None else None for t in out)
 
 
 class ModelRunner:
@@ -327,7 +269,7 @@ class ModelRunner:
         self.compile = compile
         self.cache_kw = cache_kwarg(model)
         self._step = compiled_step(model, compile) if compile else _step
-        self.graph_outputs = uses_cuda_graphs(model, compile)  # outputs live in CUDA graph memory
+        self.graph_outputs = graphs.uses_cuda_graphs(model, compile)  # outputs live in CUDA graph memory
         self.grouped = uses_grouped_attention(model)  # GQA without per-step K/V copies (`attention.py`)
 
     def set_positions(self, starts: list[int]) -> None:
@@ -347,15 +289,15 @@ class ModelRunner:
             start = time.perf_counter()
         self.cache.kv_len = kv_bucket(reach, self.capacity)
         args = (self.model, self.cache, ids, keep, self.cache_kw, self.impl, vocab, warp, u, logits)
-        emulated = _OVERWRITE["on"]
+        emulated = graphs.OVERWRITE["on"]
         if emulated:
-            _overwrite_previous()
+            graphs.overwrite_previous()
         with grouped_attention(self.model, self.grouped):
             out = self._compiled(args) if self.compile else self._step(*args)
         if emulated:
-            _OVERWRITE["pending"] = [t for t in out if t is not None]
+            graphs.OVERWRITE["pending"] = [t for t in out if t is not None]
         if self.graph_outputs or emulated:
-            out = _copy_out(out)
+            out = graphs.copy_out(out)
         self.cache.pos.add_(ids.shape[1])
         if timer is not None:
             timer._wait(self.device)
@@ -365,23 +307,23 @@ class ModelRunner:
 
     def _compiled(self, args: tuple) -> tuple:
         """The compiled step; a call that compiled a graph adds to COMPILES (and is logged)."""
-        before, start = _graphs_compiled(), time.perf_counter()
+        before, start = graphs.graphs_compiled(), time.perf_counter()
         limits = {"recompile_limit": RECOMPILE_LIMIT, "fail_on_recompile_limit_hit": True}
         try:
             with torch._dynamo.config.patch(**limits):
                 out = self._step(*args)
         except torch._dynamo.exc.FailOnRecompileLimitHit as e:
-            raise RecompileLimitError(
+            raise graphs.RecompileLimitError(
                 f"{type(self.model).__name__} needed more than {RECOMPILE_LIMIT} compiled graphs (one per forward "
                 f"width, key bucket and row count): dynamo would run it eagerly from here on, and every timing "
                 f"would be wrong. Fewer distinct shapes help: one batch_size per process, a smaller max_gen_toks, "
                 f"or engine=eager."
             ) from e
-        new = _graphs_compiled() - before
+        new = graphs.graphs_compiled() - before
         if new:
             took = time.perf_counter() - start
-            COMPILES.graphs += new
-            COMPILES.seconds += took
+            graphs.COMPILES.graphs += new
+            graphs.COMPILES.seconds += took
             log.info(
                 "compiled %d graph(s) of %s in %.1fs (rows %d, %d keys)",
                 new,
@@ -422,96 +364,3 @@ def capacity_for(needed: int) -> int:
     """Cache positions for sequences up to `needed` tokens: the bucket holding them (so every bucket a
     sequence passes through is a slice of the same tensors)."""
     return kv_bucket(max(needed, 1))
-
-
-def bytes_per_position(model) -> int:
-    """Key and value bytes one cached position costs across the model's layers (the KV read per token of
-    context and row)."""
-    c = model.config
-    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
-    return 2 * c.num_hidden_layers * kv_heads * head_dim * torch.finfo(model.dtype).bits // 8
-
-
-def weight_bytes(model) -> int:
-    return sum(p.numel() * p.element_size() for p in model.parameters())
-
-
-MAX_AUTO_ROWS = {"cuda": 64, "cpu": 16}  # past these a step is compute-bound: more rows add latency only
-
-
-@dataclass(frozen=True)
-class RowsChoice:
-    rows: int
-    per_row: int  # bytes each row was budgeted (caches of the models, the round's tensors)
-
-
-_ROWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # verifier -> RowsChoice
-
-
-def activation_bytes(model, tokens: int) -> int:
-    """One layer's transient tensors for `tokens` tokens of a row (residual stream, attention projections,
-    the MLP's gate/up/down): layers run one after the other, so one layer's worth is live at a time."""
-    c = model.config
-    return tokens * (4 * c.hidden_size + 3 * c.intermediate_size) * torch.finfo(model.dtype).bits // 8
-
-
-def row_bytes(models: list, capacity: int, lookahead: int, vocab: int, prompt: int = 0) -> int:
-    """What one row costs on the device (the memory model behind batch_size=auto, README "On a GPU"):
-    - its caches: capacity x K/V bytes per position of each model;
-    - a round's float32 tensors: (lookahead + 1) x vocab logits, probabilities and warp temporaries (6 copies);
-    - CUDA graphs' private pool: each graph's static outputs (probabilities, 2 copies with the copy-out) and
-      the activations of its widest forward (lookahead + 1 tokens);
-    - the prefill of an admitted row (rows are admitted together: one forward of all their prompts).
-    Attention holds no per-head K/V copy (`attention.py`). Weights are loaded already: not counted."""
-    kv = capacity * sum(bytes_per_position(m) for m in models)
-    round_tensors = 6 * (lookahead + 1) * vocab * 4
-    graph_pool = 2 * (lookahead + 1) * vocab * 4 + max(activation_bytes(m, lookahead + 1) for m in models)
-    prefill = max(activation_bytes(m, prompt) for m in models)
-    return kv + round_tensors + graph_pool + prefill
-
-
-def gpu_share() -> float:
-    """The share of the device's free memory one process may plan for: 80 %, divided among the runs that
-    share the GPU (`slots_per_gpu=k` sets CACTUS_BENCH_SLOTS_PER_GPU for each of them)."""
-    return 0.8 / max(1, int(os.environ.get("CACTUS_BENCH_SLOTS_PER_GPU", "1")))
-
-
-def rows_for(models: list, capacity: int, lookahead: int, vocab: int, prompt: int = 0) -> int:
-    """batch_size=auto: rows chosen once per verifier and process, so every run of a local sweep decodes at
-    the same batch size and reuses the same caches and compiled graphs. Chosen again only when a run needs
-    more per row than was budgeted (a longer budget, or a drafter after the verifier alone): then the
-    models' pooled caches are freed first, so they are not counted as used."""
-    need = row_bytes(models, capacity, lookahead, vocab, prompt)
-    chosen = _ROWS.get(models[0])
-    if chosen is not None and chosen.per_row >= need:
-        return chosen.rows
-    for model in models:
-        _POOL.pop(model, None)
-        _empty_device_cache(model)
-    rows = auto_rows(models, need)
-    if chosen is not None:
-        log.info(
-            "batch_size=auto: %d rows (was %d: this run needs %d bytes a row, not %d)",
-            rows,
-            chosen.rows,
-            need,
-            chosen.per_row,
-        )
-    else:
-        log.info("batch_size=auto: %d rows fit (capacity %d positions each)", rows, capacity)
-    _ROWS[models[0]] = RowsChoice(rows, need)
-    return rows
-
-
-def auto_rows(models: list, per_row: int, share: float | None = None) -> int:
-    """The most rows of `per_row` bytes that fit `share` (default `gpu_share()`) of the device's free
-    memory (weights are already loaded, so they are not counted again)."""
-    from ..models import free_bytes
-
-    device = device_of(models[0])
-    free = free_bytes(str(device))
-    if free is None:
-        return 1
-    share = gpu_share() if share is None else share
-    return max(1, min(MAX_AUTO_ROWS.get(device.type, 16), int(share * free // per_row)))

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from ..rules import Rule
-from . import cache
+from . import graphs, memory
 from .cache import ForwardTimer, ModelRunner, buckets_between, capacity_for, device_of, to_device
 from .stats import GenerationOutput, Rounds
 from .warp import Warper
@@ -121,7 +121,7 @@ class Engine:
         rows = self.options.batch_size
         if rows == "auto":
             models = [self.verifier] + ([self.drafter] if self.rule is not None else [])
-            rows = cache.rows_for(models, capacity, lookahead, self.vocab, max(len(j.prompt) for j in jobs))
+            rows = memory.rows_for(models, capacity, lookahead, self.vocab, max(len(j.prompt) for j in jobs))
         rows = min(rows, len(jobs))
         timer, compile = self.options.forward_timer, self.options.compile
         self.vm = ModelRunner(self.verifier, rows, capacity, compile, timer)
@@ -154,7 +154,7 @@ class Engine:
                         time.perf_counter() - row.start,
                         reason,
                         row.has_kl,
-                        graphs_compiled=cache.COMPILES.graphs - row.graphs_before,
+                        graphs_compiled=graphs.COMPILES.graphs - row.graphs_before,
                     )
                     yield row.job, out
 
@@ -178,7 +178,7 @@ class Engine:
         todo = [b for b in buckets_between(shortest, capacity) if (rows, b) not in self._warm]
         if not todo:
             return
-        before, start = cache.COMPILES.graphs, time.perf_counter()
+        before, start = graphs.COMPILES.graphs, time.perf_counter()
         with torch.inference_mode():
             for runner in (self.vm, self.dm):  # caches allocate at their first (eager) prefill, never in a graph
                 if runner is not None:
@@ -192,7 +192,7 @@ class Engine:
                 self._warm.add((rows, bucket))
         log.info(
             "warm-up: %d graph(s) compiled in %.1fs (%d rows; key buckets %s)",
-            cache.COMPILES.graphs - before,
+            graphs.COMPILES.graphs - before,
             time.perf_counter() - start,
             rows,
             ", ".join(map(str, todo)),
@@ -227,8 +227,8 @@ class Engine:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         prefill = time.perf_counter() - start
-        graphs = cache.COMPILES.graphs
-        return [Row(job, list(job.prompt), start, prefill, graphs_before=graphs) for job in jobs]
+        compiled = graphs.COMPILES.graphs
+        return [Row(job, list(job.prompt), start, prefill, graphs_before=compiled) for job in jobs]
 
     # --- one speculative round -------------------------------------------------------------------------
     def _round(self, slots: list[Row | None]) -> list[tuple[int, str]]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import metrics
+from .. import intervals, metrics
 from ..app.identity import RunIdentity
 from ..benchmarks.base import KINDS
 from ..methods import BASELINE
@@ -124,8 +124,8 @@ def below_detectable(col: str, values: dict) -> str | None:
     value, ci, n = values.get(col), values.get(f"{col}_ci"), values.get(f"{col}_n")
     if value is None or ci is None or not n or n < 3:
         return None
-    sd = metrics.difference_sd(metrics.Estimate(value, ci[0], ci[1], n))
-    size = metrics.detectable_difference(sd, n)
+    sd = intervals.difference_sd(intervals.Estimate(value, ci[0], ci[1], n))
+    size = intervals.detectable_difference(sd, n)
     if abs(value) >= size:
         return None
     return (
