@@ -18,17 +18,51 @@ def main() -> None:
 
     from .app.schema import CONF_DIR  # registers the config schema too
 
-    check_composition([a for a in sys.argv[1:] if not a.startswith("-")], multirun="-m" in sys.argv[1:])
+    check_composition(overrides_of(sys.argv[1:]), multirun=bool({"-m", "--multirun"} & set(sys.argv[1:])))
 
     hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")(_run)()
+
+
+# Hydra's flags that take a value as the next word (`--cfg job`, `-c job`; `--cfg=job` is one word)
+VALUE_FLAGS = {
+    "--cfg",
+    "-c",
+    "--package",
+    "-p",
+    "--info",
+    "-i",
+    "--config-path",
+    "-cp",
+    "--config-name",
+    "-cn",
+    "--config-dir",
+    "-cd",
+    "--experimental-rerun",
+}
+INFO_TOPICS = {"all", "config", "defaults", "defaults-tree", "plugins", "searchpath"}  # --info's optional value
+
+
+def overrides_of(argv: list[str]) -> list[str]:
+    """The overrides on a command line: every word but Hydra's flags and their values."""
+    out, skip = [], False
+    for i, word in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if word.startswith("-"):
+            nxt = argv[i + 1] if i + 1 < len(argv) else ""
+            skip = word in VALUE_FLAGS and "=" not in word and (word not in ("--info", "-i") or nxt in INFO_TOPICS)
+            continue
+        out.append(word)
+    return out
 
 
 def check_composition(overrides: list[str], multirun: bool) -> None:
     """Compose the config once before Hydra does, so an override Hydra refuses (an unknown key or option, a
     value of the wrong type) is one paragraph with exit status 2, not Hydra's text and exit 1. A multirun's
     sweep values (a,b) are checked value by value."""
+    from .app.compose import compose
     from .app.errors import explain_composition, fail
-    from .report.specs import compose
 
     sets = [[]]
     for o in overrides:
@@ -45,49 +79,20 @@ def check_composition(overrides: list[str], multirun: bool) -> None:
             fail(explained)
 
 
-_GPU_SLOT = None  # the lock file this worker holds for its GPU (kept open while the process lives)
-
-
-def _claim_gpu_slot() -> None:
-    """Under `hydra/launcher=local_gpus`, give this worker process one GPU of its own: the first slot whose
-    lock file no other worker holds. Must run before torch initialises CUDA."""
-    global _GPU_SLOT
-    from hydra.core.hydra_config import HydraConfig
-
-    if _GPU_SLOT is not None or not HydraConfig.initialized():
-        return
-    if HydraConfig.get().runtime.choices.get("hydra/launcher") != "local_gpus":
-        return
-    import fcntl
-    import tempfile
-
-    gpus = int(os.environ.get("CACTUS_BENCH_GPUS", "1"))
-    for slot in range(gpus * int(os.environ.get("CACTUS_BENCH_SLOTS_PER_GPU", "1"))):  # k slots per GPU
-        f = open(os.path.join(tempfile.gettempdir(), f"cactus-bench-gpu-{slot}.lock"), "a")  # noqa: SIM115
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.close()
-            continue
-        _GPU_SLOT = f
-        os.environ["CUDA_VISIBLE_DEVICES"] = str(slot % gpus)
-        logging.getLogger("cactus_bench").info("this job uses GPU %d (CUDA_VISIBLE_DEVICES)", slot % gpus)
-        return
-
-
 def _run(cfg) -> None:
+    from .app.cluster import claim_gpu_slot
     from .app.config import ConfigError, validate
     from .app.errors import fail
 
     logging.getLogger("cactus_bench").setLevel(logging.INFO)
-    _claim_gpu_slot()
+    claim_gpu_slot()
     try:
         if cfg.get("pack"):  # a SLURM job packing several runs (slots_per_gpu): this task's run
             from hydra.core.global_hydra import GlobalHydra
             from omegaconf import OmegaConf
 
             from .app.cluster import pack_entry
-            from .report.specs import compose
+            from .app.compose import compose
 
             entry = pack_entry(OmegaConf.to_container(cfg.pack))
             GlobalHydra.instance().clear()  # the job's own config is done with: the run composes its own

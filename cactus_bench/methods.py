@@ -8,12 +8,8 @@ transformers only.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from .rules import RULES, Rule, build_rule
-
-if TYPE_CHECKING:
-    from .decode import GenerationOutput
 
 BASELINE = "ar"  # the verifier alone: the speedup denominator and the "Verifier" row of the tables
 
@@ -66,11 +62,3 @@ class Method:
     def run_name(self) -> str:
         """The tag with the draft length where it matters, e.g. `cactus-delta0.75_m10`, `ar`."""
         return f"{self.tag}_m{self.m}" if self.uses_drafter else self.tag
-
-    def generate(self, drafter, verifier, input_ids, **options) -> GenerationOutput:
-        """Decode with this method; `options` are the decode loops' (`DecodeOptions`)."""
-        from .decode import autoregressive_generate, speculative_generate  # transformers: only to decode
-
-        if self.is_baseline:
-            return autoregressive_generate(verifier, input_ids, **options)
-        return speculative_generate(drafter, verifier, input_ids, rule=self.rule, m=self.m, **options)

@@ -66,43 +66,71 @@ class Metric:
     sampled: Callable[[list[dict]], float | Estimate | None] | None = None  # samples -> value
     tracked: bool = True  # logged to the tracker's run summary
     cli: bool = False  # printed by `python -m cactus_bench` at the end of a run
+    better: str = "neither"  # "higher" or "lower" is better (dashboards' goals), or "neither" (a diagnostic)
 
     def format(self, value: float) -> str:
         return self.fmt.format(value)
 
 
+BETTER = ("higher", "lower", "neither")
+
+
 def _check_metric(name: str, metric: Metric) -> None:
     if not isinstance(metric, Metric) or metric.name != name:
         raise TypeError(f"metric {name!r}: register a Metric named {name!r}")
+    if metric.better not in BETTER:
+        raise ValueError(f"metric {name!r}: better={metric.better!r}; say which is better, one of {BETTER}")
     if sum(f is not None for f in (metric.pooled, metric.relative, metric.sampled)) > 1:
         raise ValueError(f"metric {name!r}: pooled, relative or sampled, one of them")
     if (metric.relative is not None) != (metric.reference in REFERENCES):
         raise ValueError(f"metric {name!r}: a relative metric names its reference run, one of {REFERENCES}")
 
 
-METRICS: Registry[Metric] = Registry("metric", _check_metric)
+METRICS: Registry[Metric] = Registry("metric", _check_metric, group="cactus_bench.metrics")
 
 
 def pooled_metric(
-    label: str, fmt: str = "{:.3g}", tracked: bool = True, cli: bool = False, ratio: tuple[str, str] | None = None
+    label: str,
+    fmt: str = "{:.3g}",
+    tracked: bool = True,
+    cli: bool = False,
+    ratio: tuple[str, str] | None = None,
+    *,
+    better: str,
 ):
     """Decorator: register a function of the pooled counters as the metric of the same name. `ratio` names
     its numerator and denominator counters when it is Σ numerator / Σ denominator over items: summaries then
-    store its 95 % interval (`ratio_interval`) under `<name>_ci`."""
+    store its 95 % interval (`ratio_interval`) under `<name>_ci`. `better`: higher, lower or neither."""
 
     def deco(fn: Callable[[dict], float | None]) -> Callable[[dict], float | None]:
-        METRICS.add(fn.__name__, Metric(fn.__name__, label, fmt, pooled=fn, ratio=ratio, tracked=tracked, cli=cli))
+        metric = Metric(fn.__name__, label, fmt, pooled=fn, ratio=ratio, tracked=tracked, cli=cli, better=better)
+        METRICS.add(fn.__name__, metric)
         return fn
 
     return deco
 
 
 def relative_metric(
-    label: str, reference: str, fmt: str = "{:.3g}", tracked: bool = True, timed: bool = False, cli: bool = False
+    label: str,
+    reference: str,
+    fmt: str = "{:.3g}",
+    tracked: bool = True,
+    timed: bool = False,
+    cli: bool = False,
+    *,
+    better: str,
 ):
     def deco(fn: Callable[[list[dict], list[dict]], float | None]):
         metric = Metric(
-            fn.__name__, label, fmt, relative=fn, reference=reference, tracked=tracked, timed=timed, cli=cli
+            fn.__name__,
+            label,
+            fmt,
+            relative=fn,
+            reference=reference,
+            tracked=tracked,
+            timed=timed,
+            cli=cli,
+            better=better,
         )
         METRICS.add(fn.__name__, metric)
         return fn
@@ -110,9 +138,12 @@ def relative_metric(
     return deco
 
 
-def sampled_metric(label: str, fmt: str = "{:.3g}", tracked: bool = True, cli: bool = False, timed: bool = False):
+def sampled_metric(
+    label: str, fmt: str = "{:.3g}", tracked: bool = True, cli: bool = False, timed: bool = False, *, better: str
+):
     def deco(fn: Callable[[list[dict]], float | Estimate | None]):
-        METRICS.add(fn.__name__, Metric(fn.__name__, label, fmt, sampled=fn, tracked=tracked, cli=cli, timed=timed))
+        metric = Metric(fn.__name__, label, fmt, sampled=fn, tracked=tracked, cli=cli, timed=timed, better=better)
+        METRICS.add(fn.__name__, metric)
         return fn
 
     return deco
@@ -136,47 +167,47 @@ METRICS.add("score", Metric("score", "score", "{:.2f}", cli=True))  # the task's
 METRICS.add("n", Metric("n", "n", "{:.0f}", tracked=False))  # the items a table's cells are computed on
 
 
-@pooled_metric("AL", "{:.2f}", cli=True, ratio=("accepted", "verifier_calls"))
+@pooled_metric("AL", "{:.2f}", cli=True, ratio=("accepted", "verifier_calls"), better="higher")
 def accepted_length(c: dict) -> float | None:
     """Drafts accepted before the first rejection, per verifier call (the paper's AL_m); none without drafts
     (the verifier alone), not 0."""
     return _ratio(c["accepted"], c["verifier_calls"]) if c["drafted"] else None
 
 
-@pooled_metric("τ", "{:.2f}", cli=True, ratio=("new_tokens", "verifier_calls"))
+@pooled_metric("τ", "{:.2f}", cli=True, ratio=("new_tokens", "verifier_calls"), better="higher")
 def tau(c: dict) -> float | None:
     """Emitted tokens per verifier call (Spec-Bench's mean accepted tokens; 1 for the verifier alone)."""
     return _ratio(c["new_tokens"], c["verifier_calls"])
 
 
-@pooled_metric("acc. rate (any)", cli=True, ratio=("accepted_any", "drafted"))
+@pooled_metric("acc. rate (any)", cli=True, ratio=("accepted_any", "drafted"), better="higher")
 def acceptance_rate(c: dict) -> float | None:
     """Drafts whose accept test passed, at any position, / drafts (what vLLM's spec-decode counters report,
     and what a "96 % acceptance" can only mean)."""
     return _ratio(c["accepted_any"], c["drafted"])
 
 
-@pooled_metric("acc. rate (prefix)", cli=True, ratio=("accepted", "drafted"))
+@pooled_metric("acc. rate (prefix)", cli=True, ratio=("accepted", "drafted"), better="higher")
 def prefix_acceptance(c: dict) -> float | None:
     """Drafts accepted before the first rejection / drafts: AL / m when every call drafts m."""
     return _ratio(c["accepted"], c["drafted"])
 
 
-@pooled_metric("target KL", cli=True, ratio=("kl_sum", "kl_count"))
+@pooled_metric("target KL", cli=True, ratio=("kl_sum", "kl_count"), better="lower")
 def target_kl(c: dict) -> float | None:
     """Mean over decided positions of KL(h‖q) for the target the rule verified against: the divergence
     budget it spent (Cactus's δ constrains this), not what it emitted (`output_kl`)."""
     return _ratio(c["kl_sum"], c["kl_count"])
 
 
-@pooled_metric("output KL", cli=True, ratio=("out_kl_sum", "out_kl_count"))
+@pooled_metric("output KL", cli=True, ratio=("out_kl_sum", "out_kl_count"), better="lower")
 def output_kl(c: dict) -> float | None:
     """Mean over decided positions of KL(P_out‖q), P_out the rule's exact law of the token it emits there:
     how far what the method writes strays from the verifier (0 for SpS, and for Cactus when p = q)."""
     return _ratio(c.get("out_kl_sum"), c.get("out_kl_count"))
 
 
-@pooled_metric("output KL skipped", "{:.0%}", tracked=False)
+@pooled_metric("output KL skipped", "{:.0%}", tracked=False, better="lower")
 def output_kl_skipped(c: dict) -> float | None:
     """Share of decided positions left out of the output KL (supports too large to sum exactly)."""
     skipped, counted = c.get("out_kl_skipped"), c.get("out_kl_count") or 0
@@ -191,24 +222,24 @@ def upgrade(summary: dict) -> dict:
     return {RENAMED.get(k, k): v for k, v in summary.items()}
 
 
-@pooled_metric("rej/token", ratio=("rejected", "new_tokens"))
+@pooled_metric("rej/token", ratio=("rejected", "new_tokens"), better="lower")
 def rejected_per_token(c: dict) -> float | None:
     """r = Σ(drafted − accepted) / Σ emitted: the quantity Rej compares."""
     return _ratio(c["rejected"], c["new_tokens"])
 
 
-@pooled_metric("stopped on length", "{:.0%}", cli=True)
+@pooled_metric("stopped on length", "{:.0%}", cli=True, better="neither")
 def length_stopped(c: dict) -> float | None:
     """Share of generations that ran out of tokens (max_gen_toks) rather than ending or hitting a stop."""
     return _ratio(c["length_stops"], c["generations"])
 
 
-@pooled_metric("tok/s", cli=True)
+@pooled_metric("tok/s", cli=True, better="higher")
 def tokens_per_s(c: dict) -> float | None:
     return _ratio(c["new_tokens"], c["wall_time"])
 
 
-@relative_metric("Rej %", reference="sps", fmt="{:+.0f}%")
+@relative_metric("Rej %", reference="sps", fmt="{:+.0f}%", better="lower")
 def rej(samples: list[dict], sps_samples: list[dict]) -> Estimate | None:
     """Relative change (%) of rejected drafts per emitted token vs SpS; negative is better. Its 95 % interval
     is a percentile bootstrap resampling the items both runs decoded (each item's pair of runs together)."""
@@ -230,20 +261,20 @@ def rej(samples: list[dict], sps_samples: list[dict]) -> Estimate | None:
     return bootstrap(items, resampled, value, resamples=1000)
 
 
-@relative_metric("Δ score vs verifier", reference="baseline", fmt="{:+.2f}", cli=True)
+@relative_metric("Δ score vs verifier", reference="baseline", fmt="{:+.2f}", cli=True, better="higher")
 def score_delta(samples: list[dict], baseline_samples: list[dict]) -> Estimate | None:
     """Mean per-item score difference against the verifier alone on the items both scored (points), with a
     95 % t interval of the paired differences (`paired_difference`). A lossless method's is 0 in expectation."""
     return paired_difference(samples, baseline_samples)
 
 
-@relative_metric("Δ score vs SpS", reference="sps", fmt="{:+.2f}")
+@relative_metric("Δ score vs SpS", reference="sps", fmt="{:+.2f}", better="higher")
 def score_delta_sps(samples: list[dict], sps_samples: list[dict]) -> Estimate | None:
     """Mean per-item score difference against SpS on the items both scored, with its paired 95 % interval."""
     return paired_difference(samples, sps_samples)
 
 
-@sampled_metric("speedup (paired)", "{:.2f}×", cli=True, timed=True)
+@sampled_metric("speedup (paired)", "{:.2f}×", cli=True, timed=True, better="higher")
 def paired_speedup(samples: list[dict]) -> Estimate | None:
     """Paired timing: each item decoded by the verifier alone and by the method back to back in one process
     (alternating which goes first); Σ verifier-alone time / Σ method time over the items, with a bootstrap
@@ -253,7 +284,7 @@ def paired_speedup(samples: list[dict]) -> Estimate | None:
     )
 
 
-@relative_metric("speedup (task time)", reference="baseline", fmt="{:.2f}×", timed=True)
+@relative_metric("speedup (task time)", reference="baseline", fmt="{:.2f}×", timed=True, better="higher")
 def speedup(samples: list[dict], baseline_samples: list[dict]) -> Estimate | None:
     """The paper's speedup: time(verifier alone) / time(method), summed over the items both runs finished
     (the authors time the whole task; per-item sums leave out only the harness's own work). The two runs
@@ -262,7 +293,7 @@ def speedup(samples: list[dict], baseline_samples: list[dict]) -> Estimate | Non
     return ratio_of_sums([(base[s["id"]], s["stats"]["wall_time"]) for s in samples if s["id"] in base])
 
 
-@relative_metric("throughput ×", reference="baseline", fmt="{:.2f}×", timed=True)
+@relative_metric("throughput ×", reference="baseline", fmt="{:.2f}×", timed=True, better="higher")
 def throughput_speedup(samples: list[dict], baseline_samples: list[dict]) -> float | None:
     """(tokens/s of the method) / (tokens/s of the verifier alone) over the items both runs finished."""
     base = {s["id"]: s for s in baseline_samples}
@@ -340,6 +371,11 @@ def add_stats(parts: list[dict]) -> dict:
 def derive(counters: dict) -> dict:
     """Every pooled metric of these counters."""
     return {m.name: m.pooled(counters) for m in METRICS.values() if m.pooled is not None}
+
+
+def directions(summary: dict) -> dict[str, str]:
+    """Which way is better for each metric a summary holds (as lm-eval's results say `higher_is_better`)."""
+    return {k: METRICS.get(k).better for k in summary if k in METRICS}
 
 
 def decode_metrics(samples: list[dict]) -> dict:

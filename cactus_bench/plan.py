@@ -13,10 +13,11 @@ job per shard, `slots_per_gpu` jobs per GPU). Every figure says where it comes f
 Cost model (a decode forward on a GPU): the larger of
   * memory: weights plus the rows' KV cache streamed once, at EFFICIENCY x the card's bandwidth;
   * compute: 2 x params x tokens x rows FLOPs at COMPUTE_EFFICIENCY x the card's bf16 peak;
-  * launches: eager dispatches ~72 ops per layer one by one (~8 us each from Python); the fast engine
-    launches one CUDA graph whose kernels still cost ~40 us per layer.
+  * launches: the decode backend's launch floor per layer for each of its engines (`Backend.
+    launch_s_per_layer`; hf: eager dispatches ~72 ops a layer one by one, fast launches one CUDA graph).
 A speculative round is m drafter steps and one verifier forward over m + 1 tokens and emits AL + 1 tokens;
-the verifier alone emits one token per forward.
+the verifier alone emits one token per forward. Item counts and typical lengths are the dataset's own facts
+(`conf/data/<name>.yaml`: items, typical_new_tokens, typical_prompt_tokens).
 """
 
 from __future__ import annotations
@@ -25,21 +26,20 @@ import json
 import math
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import pandas as pd
 
-from .app.schema import default_paths
+from .app.runs import find_run, load_runs
+from .app.schema import DEVICE_RESULTS_DIR, default_paths
+from .decode.api import Backend, backend
 from .methods import BASELINE, is_baseline
-from .report import compose_cell, find_run, load_runs, load_spec
+from .report import compose_cell, load_spec
 
 BANDWIDTH = {"h100": 3.35e12, "h200": 4.8e12, "a100": 2.0e12}  # bytes/s, HBM
 FLOPS = {"h100": 989e12, "h200": 989e12, "a100": 312e12}  # dense bf16
 MEMORY = {"h100": 80e9, "h200": 141e9, "a100": 40e9}
 EFFICIENCY = 0.7  # share of peak bandwidth a decode step reaches (the device check measures it)
 COMPUTE_EFFICIENCY = 0.5
-EAGER_OP_S, OPS_PER_LAYER = 8e-6, 72  # measured on CPU: 0.6B 2,014 ops, 14B 2,866 ops a forward
-GRAPH_LAYER_S = 40e-6  # a compiled layer's kernels, launched as one CUDA graph
 BYTES_PER_PARAM = 2  # bf16
 
 
@@ -76,25 +76,35 @@ MODELS = {  # config.json of the hub models
     "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B": Shape(1.8, 28, 2, 128),
     "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B": Shape(7.6, 28, 4, 128),
 }
-TYPICAL_TOKENS = {"gsm8k": 1500, "ifeval": 1200, "gpqa": 3800, "specbench": 600, "arith": 20}  # Qwen3, thinking on
-TYPICAL_PROMPT = {"gsm8k": 1000, "ifeval": 100, "gpqa": 300, "specbench": 300, "arith": 40}
 TYPICAL_AL = {"sps": 5.0, "cactus": 7.0, "cactus_exact": 7.0, "tas": 6.5, "topk": 6.0}  # m = 20, Table 1
 MAX_ROWS = 64
-ITEMS = {
-    "gsm8k": 1319,
-    "ifeval": 541,
-    "gpqa_diamond": 198,
-    "gpqa_main": 448,
-    "gpqa_extended": 546,
-    "specbench": 480,
-    "arith": 200,
-}
+
+
+class PlanError(ValueError):
+    """A sweep the plan cannot price; the message names the file to complete."""
+
+
+def dataset_facts(data) -> tuple[int, int, int]:
+    """(items, typical reply tokens, typical prompt tokens) from the dataset's conf/data file."""
+    missing = [k for k in ("items", "typical_new_tokens", "typical_prompt_tokens") if data.get(k) is None]
+    items = data.get("items")
+    if items is not None and not isinstance(items, int):  # by subset
+        items = items.get(data.subset)
+        if items is None:
+            missing.append(f"items.{data.subset}")
+    if missing:
+        raise PlanError(
+            f"data={data.name}: conf/data/{data.name}.yaml states no {', '.join(missing)}, so the plan cannot price "
+            "it. Add them (items: how many the dataset has, by subset where it has subsets; typical_new_tokens and "
+            "typical_prompt_tokens: a reply's and a prompt's usual length)."
+        )
+    return int(items), int(data.typical_new_tokens), int(data.typical_prompt_tokens)
 
 
 def effective_bandwidth(gpu: str) -> tuple[float, str]:
     """Bytes/s a decode forward streams: measured by `scripts/device_check.py` (its verifier-alone section:
     weights / time per token) when results/gpu/<gpu>.json exists, else the peak times EFFICIENCY."""
-    measured = Path("results") / "gpu" / f"{gpu}.json"
+    measured = DEVICE_RESULTS_DIR / f"{gpu}.json"
     if measured.is_file():
         section = json.loads(measured.read_text()).get(BASELINE, {})
         ms = (section.get("fast") or section.get("eager") or {}).get("ms_per_token")
@@ -103,13 +113,15 @@ def effective_bandwidth(gpu: str) -> tuple[float, str]:
     return BANDWIDTH[gpu] * EFFICIENCY, "estimate"
 
 
-def forward_seconds(shape: Shape, gpu: str, engine: str, tokens: int = 1, rows: int = 1, context: int = 0) -> float:
-    """One forward of `tokens` new tokens for each of `rows` rows over `context` cached positions."""
+def forward_seconds(
+    shape: Shape, gpu: str, launch_s_per_layer: float, tokens: int = 1, rows: int = 1, context: int = 0
+) -> float:
+    """One forward of `tokens` new tokens for each of `rows` rows over `context` cached positions, by an engine
+    whose launches cost `launch_s_per_layer`."""
     bandwidth, _ = effective_bandwidth(gpu)
     memory = (shape.weight_bytes + rows * context * shape.kv_bytes) / bandwidth
     compute = 2 * shape.params * 1e9 * tokens * rows / (FLOPS[gpu] * COMPUTE_EFFICIENCY)
-    launches = shape.layers * (OPS_PER_LAYER * EAGER_OP_S if engine == "eager" else GRAPH_LAYER_S)
-    return max(memory, compute, launches)
+    return max(memory, compute, shape.layers * launch_s_per_layer)
 
 
 def auto_rows(drafter: Shape | None, verifier: Shape, gpu: str, capacity: int) -> int:
@@ -119,18 +131,18 @@ def auto_rows(drafter: Shape | None, verifier: Shape, gpu: str, capacity: int) -
     return max(1, min(MAX_ROWS, int(0.8 * (MEMORY[gpu] - weights) // per_row)))
 
 
-def item_seconds(cfg, gpu: str, engine: str, rows: int, tokens: float, al: float) -> float | None:
+def item_seconds(cfg, gpu: str, launch_s: float, rows: int, tokens: float, al: float) -> float | None:
     """GPU seconds per item: a batch of `rows` items decodes together, so an item costs 1/rows of it."""
     verifier = MODELS.get(cfg.pair.verifier)
     drafter = MODELS.get(cfg.pair.drafter)
     if verifier is None or (drafter is None and not is_baseline(cfg.method.name)):
         return None
-    context = TYPICAL_PROMPT.get(cfg.data.name, 500) + tokens / 2
+    context = dataset_facts(cfg.data)[2] + tokens / 2
     if is_baseline(cfg.method.name):
-        return tokens * forward_seconds(verifier, gpu, engine, 1, rows, context) / rows
+        return tokens * forward_seconds(verifier, gpu, launch_s, 1, rows, context) / rows
     m = cfg.m
-    round_s = m * forward_seconds(drafter, gpu, engine, 1, rows, context) + forward_seconds(
-        verifier, gpu, engine, m + 1, rows, context
+    round_s = m * forward_seconds(drafter, gpu, launch_s, 1, rows, context) + forward_seconds(
+        verifier, gpu, launch_s, m + 1, rows, context
     )
     return tokens / (al + 1) * round_s / rows
 
@@ -138,11 +150,12 @@ def item_seconds(cfg, gpu: str, engine: str, rows: int, tokens: float, al: float
 def cell_cost(cfg, run, gpu: str, timing_sample: int | None, gpus: int = 1, slots: int = 1) -> dict:
     """A cell's items, tokens, rows, GPU hours per engine and batch size, and wall hours on `gpus` GPUs with
     `slots` jobs each (k jobs sharing a GPU go about as fast as one job with k times the rows)."""
-    items = _items(cfg)
+    total, typical_tokens, typical_prompt = dataset_facts(cfg.data)
+    items = min(total, cfg.limit) if cfg.limit else total
     if run is not None and run.summary.get("samples"):
         tokens, tok_src = run.summary["new_tokens"] / run.summary["samples"], "stored"
     else:
-        tokens, tok_src = TYPICAL_TOKENS.get(cfg.data.name, 1000), "estimate"
+        tokens, tok_src = typical_tokens, "estimate"
     al = (run.summary.get("accepted_length") if run is not None else None) or TYPICAL_AL.get(
         cfg.method.name, 5.0
     ) * cfg.m / 20
@@ -150,30 +163,31 @@ def cell_cost(cfg, run, gpu: str, timing_sample: int | None, gpus: int = 1, slot
     verifier, drafter = MODELS.get(cfg.pair.verifier), MODELS.get(cfg.pair.drafter)
     rows = cfg.get("batch_size", 1)
     if rows == "auto":
-        capacity = TYPICAL_PROMPT.get(cfg.data.name, 500) + cfg.max_gen_toks + cfg.m + 1
+        capacity = typical_prompt + cfg.max_gen_toks + cfg.m + 1
         rows = auto_rows(None if baseline else drafter, verifier, gpu, capacity) if verifier else 1
 
+    costs = backend(cfg.engine.backend).launch_s_per_layer
+
     def hours(engine: str, r: int, n: int = items) -> float | None:
-        s = item_seconds(cfg, gpu, engine, r, tokens, al)
+        s = item_seconds(cfg, gpu, costs[engine], r, tokens, al)
         return None if s is None else n * s / 3600
 
+    engine = gpu_engine(backend(cfg.engine.backend), cfg.engine.name)  # a plan is for GPUs
     timed = min(timing_sample or 0, items) if rows > 1 and not baseline else 0
     # a timed item: the method's decode and the verifier alone's, back to back at batch size 1
-    one = item_seconds(cfg, gpu, "fast", 1, tokens, al)
+    one = item_seconds(cfg, gpu, costs[engine], 1, tokens, al)
     timing = (
         None
         if one is None or verifier is None
-        else timed * (one + tokens * forward_seconds(verifier, gpu, "fast")) / 3600
+        else timed * (one + tokens * forward_seconds(verifier, gpu, costs[engine])) / 3600
     )
-    engine = "eager" if cfg.engine.name == "eager" else "fast"  # auto: fast on CUDA, and a plan is for GPUs
     chosen, packed = hours(engine, rows), hours(engine, rows * slots)
     return {
         "items": items,
         "tokens/item": round(tokens),
         "tokens from": tok_src,
         "B": rows,
-        "eager B=1 GPU h": hours("eager", 1),
-        "fast B=1 GPU h": hours("fast", 1),
+        **{f"{e} B=1 GPU h": hours(e, 1) for e in costs},
         "engine": engine,
         "chosen GPU h": chosen,
         "timing GPU h": timing,
@@ -201,9 +215,9 @@ def detectable(cfg, run, baseline_run, items: int) -> tuple[float | None, str]:
     return intervals.detectable_difference(100 * math.sqrt(2 * p * (1 - p)), items), "assumed"
 
 
-def _items(cfg) -> int:
-    n = ITEMS.get(cfg.data.label, 0)
-    return min(n, cfg.limit) if cfg.limit else n
+def gpu_engine(b: Backend, name: str) -> str:
+    """The engine `engine.name` runs on a GPU (hf: auto is the fast one)."""
+    return b.gpu_engine.get(name, name)
 
 
 def plan(spec: dict, shards: int = 1, gpu: str = "h100", overrides: list[str] = (), slots: int = 1) -> pd.DataFrame:
@@ -243,7 +257,10 @@ def main(argv: list[str] | None = None) -> str:
         raise SystemExit(f"error: gpu={gpu} is not known: choose one of {', '.join(BANDWIDTH)}")
     shards, slots = int(options.get("shards", 1)), int(options.get("slots_per_gpu", 1))
     spec = load_spec(argv[0], {"pair": options.get("pair"), "limit": options.get("limit")})
-    df = plan(spec, shards, gpu, overrides, slots)
+    try:
+        df = plan(spec, shards, gpu, overrides, slots)
+    except PlanError as e:
+        raise SystemExit(f"error: {e}") from None
     text = (
         f"## Plan: {spec.get('title', spec['name'])}\n\n{shards} shard(s), {slots} per {gpu.upper()} "
         f"({max(1, math.ceil(shards / slots))} GPU(s)); batch size {spec.get('batch_size', 1)}"

@@ -52,9 +52,15 @@ def read_responses(path: Path, data: str | None = None) -> dict[str, str]:
         raise DataError(f"responses file {str(path)!r} does not exist")
     out, where = {}, {}
     for file in files:
-        for n, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
+        for n, raw in enumerate(file.read_bytes().split(b"\n"), 1):
+            if not raw.strip():
                 continue
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(
+                    f"{file}:{n}: not UTF-8 text ({e.reason} at byte {e.start} of the line): save the file as UTF-8"
+                ) from None
             try:
                 row = json.loads(line)
                 key, response = str(row["id"]), row["response"]

@@ -24,8 +24,10 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig
 
+from .app.compose import compose
+from .app.runs import load_runs
 from .methods import Method
-from .report import compose, figures, load_runs, load_spec, render_table
+from .report import figures, load_spec, render_table
 from .report.specs import cell_config, pair_spec, run_overrides, spec_pairs, spec_seeds
 
 SPEC_KEYS = ("pair", "limit", "data", "m", "max_gen_toks", "seed", "batch_size", "timing_sample", "engine")

@@ -1,6 +1,7 @@
 """The Hydra app: config composition, validation, the results store (resume after a crash), reports."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -13,11 +14,13 @@ from omegaconf.errors import ValidationError
 
 from cactus_bench.app import run as run_mod
 from cactus_bench.app.config import ConfigError, validate
+from cactus_bench.app.runs import load_runs
 from cactus_bench.app.store import RunStore, run_dir
 from cactus_bench.benchmarks.task import TaskBenchmark
-from cactus_bench.report import figures, load_runs, load_spec, render_table
+from cactus_bench.report import figures, load_spec, render_table
 
 from .helpers.configs import cfg_of, pair_overrides
+from .helpers.guards import refuse
 from .helpers.runs import run_killed_after
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,7 +89,7 @@ def test_cluster_launchers_compose(launcher, target):
     ],
 )
 def test_bad_values_fail_before_any_model_loads(overrides, match, monkeypatch):
-    monkeypatch.setattr(run_mod, "get_pair", lambda cfg: pytest.fail("loaded a model for a bad config"))
+    monkeypatch.setattr(run_mod, "get_decoder", refuse("loaded a model for a bad config"))
     with pytest.raises(ConfigError, match=match):
         run_mod.run(cfg_of(*overrides))
 
@@ -280,7 +283,7 @@ def test_tables_and_figures_match_runs_on_their_full_identity(fixture_store, sma
     the two, and a copied run folder (two runs, one identity) is refused by name."""
     import shutil
 
-    from cactus_bench.report import AmbiguousRuns, find_run
+    from cactus_bench.app.runs import AmbiguousRuns, find_run
 
     store = tmp_path / "runs"
     shutil.copytree(fixture_store, store)
@@ -307,7 +310,7 @@ def test_tables_and_figures_match_runs_on_their_full_identity(fixture_store, sma
 def test_table_puts_the_paper_beside_ours_and_names_missing_references(fixture_store, small_pair_dir, tmp_path):
     spec = load_spec(ROOT / "sweeps" / "table1.yaml", {"pair": "tiny", "data": ["arith"]})
     md, _ = render_table(spec, load_runs(fixture_store), tmp_path, pair_overrides(small_pair_dir))
-    assert "ours (paper)" in md
+    assert "ours (paper)" not in md and "| SpS " in md  # another pair's runs: no paper numbers beside them
     spec = load_spec(ROOT / "sweeps" / "table1.yaml")
     md, _ = render_table(spec, load_runs(fixture_store), tmp_path)
     assert "no SpS run" in md and "(91.71)" in md  # no runs for the paper's pair: the paper column stays
@@ -323,15 +326,25 @@ def test_figures_from_a_fixture_store(fixture_store, tmp_path):
         assert png.stat().st_size > 1000 and png.with_suffix(".pdf").exists()
 
 
-def test_notebook_regenerates_the_figures_headless(fixture_store, monkeypatch):
+def test_notebook_regenerates_the_figures_headless(fixture_store, monkeypatch, tmp_path):
+    """Run as `jupyter execute` runs it (in notebooks/): before, it found no sweeps there, drew nothing, exited
+    0 and created notebooks/results/. Now paths resolve from the project root, and no runs is an error."""
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
-    nb = nbformat.read(ROOT / "notebooks" / "figures.ipynb", as_version=4)
+    from nbclient.exceptions import CellExecutionError
+
+    def execute():
+        nb = nbformat.read(ROOT / "notebooks" / "figures.ipynb", as_version=4)
+        where = {"metadata": {"path": str(ROOT / "notebooks")}}
+        nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", resources=where).execute()
+
     monkeypatch.setenv("CACTUS_BENCH_RESULTS", str(fixture_store.parent))  # the notebook reads conf/paths
-    nbclient.NotebookClient(
-        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}
-    ).execute()
+    execute()
     assert list((fixture_store.parent / "figures").glob("fig1_tradeoff_*.png"))
+    assert not (ROOT / "notebooks" / "results").exists()
+    monkeypatch.setenv("CACTUS_BENCH_RESULTS", str(tmp_path / "empty"))
+    with pytest.raises(CellExecutionError, match="no stored runs under"):
+        execute()
 
 
 def test_gated_dataset_without_credentials_fails_before_models_load(monkeypatch):
@@ -340,36 +353,109 @@ def test_gated_dataset_without_credentials_fails_before_models_load(monkeypatch)
 
     monkeypatch.delenv("CACTUS_BENCH_DATA", raising=False)
     monkeypatch.setattr(data_mod, "_hf_token", lambda: None)
-    monkeypatch.setattr(run_mod, "get_pair", lambda cfg: pytest.fail("loaded a model before the data check"))
+    monkeypatch.setattr(run_mod, "get_decoder", refuse("loaded a model before the data check"))
     with pytest.raises(DataError, match="gated"):
         run_mod.run(cfg_of("data=gpqa"))
 
 
-def test_lm_eval_drives_our_model_by_name(small_pair_dir):
-    """lm-eval's own evaluator builds `cactus` from a model_args string and scores our task with it."""
+LM_EVAL_SETTING = (
+    "pair=tiny",
+    "data=arith",
+    "method=cactus",
+    "delta=0.75",
+    "m=3",
+    "max_gen_toks=24",
+    "sampling=greedy",
+)
+
+
+def _lm_eval_args(pair_dir) -> str:
+    """LM_EVAL_SETTING as lm-eval's model_args."""
+    models = f"drafter={pair_dir / 'drafter'},verifier={pair_dir / 'verifier'}"
+    return f"{models},pair=tiny,method=cactus,delta=0.75,m=3,max_gen_toks=24,temperature=0,device=cpu"
+
+
+def _our_replies(pair_dir, folder) -> list[tuple[str, str]]:
+    """Each item's prompt hash and reply (thinking removed, as the adapter hands lm-eval) from our own run."""
+    from cactus_bench.benchmarks.filters import remove_thinking
+
+    run_mod.run(cfg_of(*LM_EVAL_SETTING, "limit=4", "progress=false", results=folder, pair_dir=pair_dir))
+    (run,) = load_runs(folder)
+    want = [(s["prompt_sha256"], remove_thinking(s["response"])) for s in sorted(run.samples, key=lambda s: s["index"])]
+    assert len(set(want)) == 4  # four different prompts and replies: a mix-up shows
+    return want
+
+
+def _lm_eval_replies(samples: list[dict]) -> list[tuple[str, str]]:
+    """The same from lm-eval's samples: in memory (argument tuples) or as its log writes them (a dict)."""
+    import hashlib
+
+    def prompt(args):
+        return args[0][0] if isinstance(args, list) else args["gen_args_0"]["arg_0"]
+
+    return [
+        (hashlib.sha256(prompt(s["arguments"]).encode()).hexdigest(), s["resps"][0][0])
+        for s in sorted(samples, key=lambda s: s["doc_id"])
+        if s["filter"] == "strict-match"  # lm-eval logs each item once per filter
+    ]
+
+
+def test_lm_eval_python_api_decodes_as_our_run_does(small_pair_dir, tmp_path):
+    """lm-eval's Python API (`simple_evaluate(model="cactus", model_args=...)` builds the model with
+    `create_from_arg_string`) composes the run's config as the CLI does and decodes every item as our own run
+    does: greedy, so each item's prompt and reply must agree. Before, lm-eval's scores were never compared."""
     import lm_eval
-    from lm_eval.tasks import TaskManager
 
-    from cactus_bench.benchmarks.lm import CactusLM
-    from cactus_bench.benchmarks.scoring import TASKS_DIR
+    from cactus_bench.app.lm_eval import CactusLM, task_manager
 
-    args = (
-        f"drafter={small_pair_dir / 'drafter'},verifier={small_pair_dir / 'verifier'},method=cactus,"
-        "delta=0.75,m=3,max_gen_toks=8,dtype=float32,device=cpu"
+    want = _our_replies(small_pair_dir, tmp_path / "runs")
+    lm = CactusLM.create_from_arg_string(_lm_eval_args(small_pair_dir))
+    py = lm_eval.simple_evaluate(
+        model=lm,
+        tasks=["cactus_arith"],
+        limit=4,
+        task_manager=task_manager(),
+        apply_chat_template=True,
+        log_samples=True,
     )
-    tasks = TaskManager(include_path=str(TASKS_DIR), include_defaults=False)
-    result = lm_eval.simple_evaluate(
-        model="cactus", model_args=args, tasks=["cactus_arith"], limit=2, task_manager=tasks
-    )
-    assert result["results"]["cactus_arith"]["exact_match,strict-match"] in (0.0, 0.5, 1.0)
-    assert result["config"]["model"] == "cactus"
-    lm = CactusLM.create_from_arg_string(args)  # what lm-eval called for the string above
-    decoder = lm.decoder
-    assert decoder.method.rule.delta == 0.75 and decoder.method.m == 3 and decoder.settings.temperature == 0.6
-    lm_eval.simple_evaluate(model=lm, tasks=["cactus_arith"], limit=2, task_manager=tasks)
-    assert len(lm.records) == 2 and all(r["drafted"] > 0 and r["new_tokens"] <= 8 for r in lm.records)
-    with pytest.raises(ValueError, match="need verifier"):
+    assert _lm_eval_replies(py["samples"]["cactus_arith"]) == want
+    assert len(lm.records) == 4 and all(r["drafted"] > 0 and r["new_tokens"] <= 24 for r in lm.records)
+    with pytest.raises(ValueError, match="need pair=<name> or verifier="):
         CactusLM.create_from_arg_string(f"drafter={small_pair_dir / 'drafter'}")
+
+
+@pytest.mark.slow
+def test_lm_eval_cli_decodes_as_our_run_does(small_pair_dir, tmp_path):
+    """lm-eval's CLI as README shows it: `create_from_arg_obj` (a TypeError before), its default
+    `--device cuda:0` on a CPU machine, and the project's tasks found without --include_path."""
+    want = _our_replies(small_pair_dir, tmp_path / "runs")
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cactus_bench.lm_eval_cli",
+            "run",
+            "--model",
+            "cactus",
+            "--model_args",
+            _lm_eval_args(small_pair_dir).replace(",device=cpu", ""),
+            "--tasks",
+            "cactus_arith",
+            "--limit",
+            "4",
+            "--apply_chat_template",
+            "--log_samples",
+            "--output_path",
+            str(tmp_path / "lm_eval"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=os.environ | {"OMP_NUM_THREADS": "1"},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    (log,) = (tmp_path / "lm_eval").rglob("samples_cactus_arith_*.jsonl")
+    assert _lm_eval_replies([json.loads(line) for line in log.read_text().splitlines()]) == want
 
 
 def test_figure_1_draws_each_methods_paired_difference_from_the_verifier(fixture_store, tmp_path, monkeypatch):
@@ -379,7 +465,8 @@ def test_figure_1_draws_each_methods_paired_difference_from_the_verifier(fixture
     import random
 
     from cactus_bench import intervals
-    from cactus_bench.report import Run, figures
+    from cactus_bench.app.runs import Run
+    from cactus_bench.report import figures
     from cactus_bench.report.figures import common
 
     drawn = {}
@@ -409,3 +496,90 @@ def test_figure_1_draws_each_methods_paired_difference_from_the_verifier(fixture
     )
     assert [pytest.approx(p) for p in sorted(drawn["points"])] == want
     assert len({w[0] for w in want}) > 1  # the methods' differences are not all alike
+
+
+def test_a_subset_of_a_run_recomputes_every_score_it_shows():
+    """`Run.restricted` (a table over the items every cell shares) recomputed `score` but kept the full
+    run's `scores` beside it: both now come from the same items."""
+    from cactus_bench.app.runs import Run
+
+    config = {"data": {"kind": "task", "primary_metric": "exact_match,strict-match"}}
+    samples = [
+        {"id": i, "scores": {"exact_match,strict-match": float(i < 2), "other,none": 1.0}, "stats": {}}
+        for i in range(4)
+    ]
+    full = Run(
+        Path("x"), config, {"scores": {"exact_match,strict-match": 0.5, "other,none": 1.0}, "score": 50.0}, samples
+    )
+    part = full.restricted({0, 1})
+    assert part.summary["score"] == 100.0 and part.summary["scores"] == {
+        "exact_match,strict-match": 1.0,
+        "other,none": 1.0,
+    }
+
+
+def test_a_subsets_label_is_stored_and_an_unused_timing_sample_is_said(small_pair_dir, tmp_path, caplog):
+    """summary.json said `data: gpqa` for every GPQA subset (now the label, as the folder does), and
+    timing_sample=N at batch size 1 was ignored without a word."""
+    import logging
+
+    caplog.set_level(logging.INFO, "cactus_bench")
+    cfg = cfg_of(
+        "pair=tiny",
+        "data=arith",
+        "data.label=arith_b",
+        "method=sps",
+        "m=2",
+        "max_gen_toks=8",
+        "limit=1",
+        "timing_sample=5",
+        "progress=false",
+        results=tmp_path,
+        pair_dir=small_pair_dir,
+    )
+    assert run_mod.run(cfg)["data"] == "arith_b"
+    assert json.loads((run_dir(cfg) / "summary.json").read_text())["data"] == "arith_b"
+    assert "timing_sample=5 is not used at batch_size=1" in caplog.text
+    caplog.clear()
+    validate(cfg_of("timing_sample=5", "batch_size=4"))
+    assert "timing_sample" not in caplog.text  # control: batched, it is used
+
+
+def test_progress_off_a_terminal_is_a_line_per_tenth_of_the_items():
+    """A log file got thousands of carriage-return updates from the bar; now ten lines, and a bar on a TTY."""
+    import io
+
+    from cactus_bench.app.run import LineProgress, progress
+
+    log = io.StringIO()
+    bar = progress(25, "sps arith", True, stream=log)
+    assert isinstance(bar, LineProgress)
+    for i in range(25):
+        bar.set_postfix(AL=f"{i}")
+        bar.update()
+    bar.close()
+    lines = log.getvalue().splitlines()
+    assert "\r" not in log.getvalue() and len(lines) == 9 and lines[-1] == "sps arith: 25/25 AL=24"
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    assert not isinstance(progress(25, "sps arith", True, stream=Terminal()), LineProgress)
+
+
+def test_a_table_of_another_setting_is_named_and_titled_after_it(fixture_store, small_pair_dir, tmp_path):
+    """`report table` wrote results/tables/<spec>.* whatever the overrides (an override run overwrote the
+    demo table) under the spec's title, with the paper's numbers beside another pair's."""
+    spec = load_spec(ROOT / "sweeps" / "demo.yaml", {"m": 3, "max_gen_toks": 10})
+    md, path = render_table(spec, load_runs(fixture_store), tmp_path, pair_overrides(small_pair_dir))
+    assert path.name.startswith("demo-m-3_max-gen-toks-10_pair.drafter-") and path.name != "demo.md"
+    assert md.splitlines()[0].startswith("## Demo: embedded tiny pair") and "— run with m=3, max_gen_toks=10" in md
+    plain = load_spec(ROOT / "sweeps" / "demo.yaml")
+    from cactus_bench.report.tables import table_name, table_title
+
+    assert table_name(plain) == "demo" and table_title(plain) == plain["title"]  # the spec's own setting
+    table1 = load_spec(ROOT / "sweeps" / "table1.yaml", {"pair": "tiny"})
+    md, _ = render_table(table1, [], tmp_path)
+    assert "(91.71)" not in md and "pair tiny, not the paper's qwen3_0.6b_14b" in md  # no paper beside tiny
+    assert "(91.71)" in render_table(load_spec(ROOT / "sweeps" / "table1.yaml"), [], tmp_path)[0]  # control

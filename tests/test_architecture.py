@@ -77,7 +77,7 @@ def test_typos_get_a_suggestion():
 def test_a_new_metric_is_one_definition_read_everywhere():
     with metrics.METRICS.scoped():
 
-        @metrics.pooled_metric("drafts/call", "{:.1f}", cli=True)
+        @metrics.pooled_metric("drafts/call", "{:.1f}", cli=True, better="neither")
         def drafted_per_call(c):
             return c["drafted"] / c["verifier_calls"] if c["verifier_calls"] else None
 
@@ -95,7 +95,13 @@ def test_a_new_metric_is_one_definition_read_everywhere():
         assert label("drafted_per_call") == "drafts/call" and fmt(3.0, "drafted_per_call") == "3.0"  # reports
         assert "drafted_per_call" in summary_keys()  # tracking
         with pytest.raises(ValueError, match="registered twice"):
-            metrics.pooled_metric("AL")(drafted_per_call)
+            metrics.pooled_metric("AL", better="higher")(drafted_per_call)
+        with pytest.raises(ValueError, match="say which is better"):
+
+            @metrics.pooled_metric("calls", better="more")
+            def calls(c):
+                return c["verifier_calls"]
+
     assert "drafted_per_call" not in metrics.METRICS
 
 
@@ -108,6 +114,7 @@ def test_one_definition_of_accepted_length():
         rounds.add(
             drafted=drafted,
             accepted=accepted,
+            accepted_any=accepted,
             emitted=accepted + 1,
             t_draft=0.0,
             t_verify=0.0,
@@ -115,7 +122,12 @@ def test_one_definition_of_accepted_length():
             t_other=0.0,
             kl_sum=0.0,
             kl_count=0,
+            out_kl_sum=0.0,
+            out_kl_count=0,
+            out_kl_skipped=0,
         )
+    with pytest.raises(ValueError, match=r"missing \['accepted_any'"):  # ragged columns: refused
+        rounds.add(drafted=1, accepted=1, emitted=2)
     out = GenerationOutput([1] * 8, rounds, 0.0, 1.0, "length")
     assert out.accepted_length == metrics.accepted_length(out.counters()) == pytest.approx(5 / 3)
     assert metrics.decode_metrics([{"stats": out.summary()}])["accepted_length"] == pytest.approx(5 / 3)
@@ -195,11 +207,13 @@ def test_one_identity_from_the_cli_to_the_store_report_sweep_plan_and_wandb(smal
     import json
 
     from cactus_bench.app import run as run_mod
+    from cactus_bench.app.compose import compose
     from cactus_bench.app.identity import RunIdentity
+    from cactus_bench.app.runs import find_run, load_runs
     from cactus_bench.app.store import run_dir
     from cactus_bench.app.tracking import wandb_config
-    from cactus_bench.report import compose_cell, find_run, load_runs, load_spec
-    from cactus_bench.report.specs import compose, pair_spec
+    from cactus_bench.report import compose_cell, load_spec
+    from cactus_bench.report.specs import pair_spec
     from cactus_bench.sweep import shard_finished
 
     from .helpers.configs import pair_overrides
@@ -236,3 +250,54 @@ def test_one_identity_from_the_cli_to_the_store_report_sweep_plan_and_wandb(smal
     assert wandb_config(cell)["run_key"] == ident.key and wandb_config(cell)["pair"] == stored.pair_name == "small"
     other = compose_cell(pair_spec(spec, "tiny"), row | {"delta": 0.5}, "arith", extra)
     assert RunIdentity.of(other).key != ident.key and find_run(load_runs(tmp_path), other) is None  # control
+
+
+LAYERS = (  # lowest first: a module imports only from its own layer and the ones below
+    ("core", ("registry", "intervals", "metrics", "rules", "methods", "models", "decode", "utils", "embedded")),
+    ("adapters", ("benchmarks",)),
+    ("app", ("app", "lm_eval_cli", "__main__")),
+    ("reports and tools", ("report", "plan", "sweep", "score", "dashboard", "bench")),
+)
+
+
+def _layer(module: str) -> int | None:
+    room = module.split(".")[1] if module.count(".") else None
+    return next((i for i, (_, rooms) in enumerate(LAYERS) if room in rooms), None)
+
+
+def upward_imports(package: Path) -> list[tuple[str, str]]:
+    """(importer, imported) pairs where a module imports from a higher layer, at any depth (function-level
+    imports count: they are arrows all the same)."""
+    import ast
+
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        here = module if parts[-1] == "__init__" else module.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = here.split(".")[: len(here.split(".")) - node.level + 1] if node.level else []
+                target = ".".join([*base, *([node.module] if node.module else [])])
+                targets = [target] if node.module else [f"{target}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            for target in targets:
+                mine, theirs = _layer(module), _layer(target)
+                if target.startswith("cactus_bench.") and None not in (mine, theirs) and theirs > mine:
+                    found.append((module, target))
+    return sorted(set(found))
+
+
+def test_no_module_imports_from_a_layer_above_it(tmp_path):
+    """Core < adapters < app < reports and tools. Before: app/tracking.py read runs through report/, the
+    CLI and lm-eval's adapter composed configs through report/specs.py, methods.py decoded through decode/
+    loops (an unused entry point)."""
+    assert upward_imports(ROOT / "cactus_bench") == []
+    # control: an app module reaching up into report/ is found
+    fake = tmp_path / "cactus_bench" / "app"
+    fake.mkdir(parents=True)
+    (fake / "x.py").write_text("def f():\n    from ..report.specs import load_spec\n")
+    assert upward_imports(tmp_path / "cactus_bench") == [("cactus_bench.app.x", "cactus_bench.report.specs")]

@@ -5,8 +5,10 @@ from pathlib import Path
 import pytest
 
 from cactus_bench.app import run as run_mod
-from cactus_bench.report import figures, load_runs, load_spec, run_overrides
-from cactus_bench.report.specs import compose, expand_rows, pair_spec, spec_pairs
+from cactus_bench.app.compose import compose
+from cactus_bench.app.runs import load_runs
+from cactus_bench.report import figures, load_spec, run_overrides
+from cactus_bench.report.specs import expand_rows, pair_spec, spec_pairs
 from tests.helpers.configs import pair_overrides
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,6 +5,7 @@ claim; SIGTERM, lost heartbeats, full disks and bad lines end in one paragraph w
 import errno
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -17,12 +18,14 @@ import pytest
 
 from cactus_bench.app import run as run_mod
 from cactus_bench.app.lock import LockHeld, RunLock
+from cactus_bench.app.runs import load_runs
 from cactus_bench.app.store import RunStore, StoreError, read_samples, read_samples_file, run_dir
 from cactus_bench.benchmarks.data import DataError
-from cactus_bench.report import build_table, load_runs, load_spec, render_table
+from cactus_bench.report import build_table, load_spec, render_table
 
 from .helpers.cli import run_main
 from .helpers.configs import cfg_of, pair_overrides
+from .helpers.guards import refuse
 from .helpers.runs import run_killed_after
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,7 +86,7 @@ def test_a_run_never_mixes_precisions(small_pair_dir, tmp_path, monkeypatch):
     auto = ("pair.dtype=auto", "pair.device=auto")
     run_cell("sps", *auto, results=tmp_path, pair_dir=small_pair_dir, limit=2)
     monkeypatch.setattr(models, "resolve_device", lambda device: "cuda:0")  # this machine "has" a GPU now
-    monkeypatch.setattr(run_mod, "get_pair", lambda *a: pytest.fail("models must not load"))
+    monkeypatch.setattr(run_mod, "get_decoder", refuse("models must not load"))
     with pytest.raises(StoreError, match="verifier_dtype was float32, here it would be bfloat16"):
         run_cell("sps", *auto, results=tmp_path, pair_dir=small_pair_dir, limit=4)
     folder = run_dir(cfg_of(*TINY, "method=sps", "limit=2", *auto, results=tmp_path, pair_dir=small_pair_dir))
@@ -203,7 +206,7 @@ def test_a_lock_from_another_host_is_taken_over_only_after_its_heartbeat_stops(t
 def test_the_lock_is_taken_before_the_models_load(small_pair_dir, tmp_path, monkeypatch):
     cfg = cfg_of(*TINY, "method=sps", "limit=2", results=tmp_path, pair_dir=small_pair_dir)
     holder = RunStore.open(cfg)
-    monkeypatch.setattr(run_mod, "get_pair", lambda cfg: pytest.fail("loaded the pair before the lock"))
+    monkeypatch.setattr(run_mod, "get_decoder", refuse("loaded the pair before the lock"))
     with pytest.raises(LockHeld):
         run_mod.run(cfg)
     holder.finish("interrupted")
@@ -212,7 +215,7 @@ def test_the_lock_is_taken_before_the_models_load(small_pair_dir, tmp_path, monk
 def test_a_folder_that_cannot_be_written_fails_before_the_models_load(small_pair_dir, tmp_path, monkeypatch):
     (tmp_path / "file").write_text("")  # paths.runs under a file: nothing can be created there
     cfg = cfg_of(*TINY, "method=sps", "limit=2", results=tmp_path / "file" / "runs", pair_dir=small_pair_dir)
-    monkeypatch.setattr(run_mod, "get_pair", lambda cfg: pytest.fail("loaded the pair first"))
+    monkeypatch.setattr(run_mod, "get_decoder", refuse("loaded the pair first"))
     with pytest.raises(StoreError, match="cannot write .*file/runs.*Free space or fix the folder's permissions"):
         run_mod.run(cfg)
 
@@ -230,11 +233,14 @@ def test_a_full_disk_names_the_file_and_keeps_what_was_written(small_pair_dir, t
         return real(fd)
 
     monkeypatch.setattr(store_mod.os, "fsync", fsync)
-    with pytest.raises(StoreError, match=r"cannot write .*samples.jsonl \(No space left on device\)"):
+    with pytest.raises(StoreError, match=r"cannot write .*samples.jsonl \(No space left on device\)") as e:
         run_mod.run(cfg)
     monkeypatch.setattr(store_mod.os, "fsync", real)
-    assert len(read_samples(run_dir(cfg))) >= 1
+    said = re.search(r"The (\d+) sample\(s\) written so far are intact", str(e.value))
+    assert said and int(said.group(1)) == len(read_samples(run_dir(cfg))) > 0  # the count it says is what is there
     assert run_mod.run(cfg)["samples"] == 4  # the same command resumes
+    unborn = tmp_path / "never" / "samples.jsonl"
+    assert "No sample had been written yet" in store_mod.unwritable(unborn, OSError(errno.ENOSPC, "full"))
 
 
 def test_a_truncated_manifest_is_named(small_pair_dir, tmp_path):
@@ -263,6 +269,7 @@ def test_sample_lines_a_reader_keeps_and_those_it_names(tmp_path):
     "override,says",
     [
         ("detla=0.5", "detla is not a setting of a run. Did you mean delta?"),
+        ("results_dir=/x", "results_dir was renamed: use paths.runs (the runs folder;"),  # before: "not a setting"
         ("method=cactuss", "method=cactuss is not valid (did you mean cactus?): choose one of ar, cactus"),
         ("m=ten", "m='ten' is not valid: an integer is needed"),
         ("limit=1.5", "limit='1.5' is not valid: an integer is needed"),
@@ -274,6 +281,16 @@ def test_what_hydra_refuses_is_one_paragraph(override, says, tmp_path):
     out = run_main(main, override, env={"CACTUS_BENCH_RESULTS": str(tmp_path)})
     assert out.returncode == 2 and "Traceback" not in out.stderr and "HYDRA_FULL_ERROR" not in out.stderr
     assert says in " ".join(out.stderr.split())
+
+
+@pytest.mark.parametrize("flags", [("--cfg", "job"), ("-c", "job"), ("--cfg=job",), ("--info", "defaults")])
+def test_hydras_flags_with_their_value_as_the_next_word_work(flags):
+    """`--cfg job` and `-c job` (how Hydra users type them) failed: `job` was read as an override."""
+    from cactus_bench.__main__ import main
+
+    out = run_main(main, *flags, "method=sps", "pair=tiny")
+    assert out.returncode == 0, out.stderr
+    assert "name: sps" in out.stdout or "method: sps" in out.stdout or "Defaults" in out.stdout
 
 
 def test_a_sweep_checks_every_cell_before_running_any(tmp_path, monkeypatch):
@@ -412,3 +429,36 @@ def test_a_runs_summary_stores_its_paired_difference_from_the_verifier(small_pai
     stored = json.loads((folder / "summary.json").read_text())
     assert stored["score_delta_n"] == 3 and len(stored["score_delta_ci"]) == 2
     assert stored["score_delta"] == summary["score_delta"]
+
+
+def test_damaged_files_are_one_paragraph_in_report_and_score(small_pair_dir, tmp_path):
+    """`report table` on a store with a line damaged in the middle, and `score` on a responses file that is
+    not UTF-8, ended in tracebacks (report's own, Hydra's)."""
+    from cactus_bench.report.__main__ import main as report_main
+    from cactus_bench.score import DataError, read_responses
+
+    cfg = cfg_of(*TINY, "method=sps", "limit=3", results=tmp_path / "runs", pair_dir=small_pair_dir)
+    run_mod.run(cfg)
+    samples = run_dir(cfg) / "samples.jsonl"
+    lines = samples.read_bytes().split(b"\n")
+    samples.write_bytes(b"\n".join([lines[0], lines[1][:20], *lines[2:]]))  # cut in the middle
+    spec = ROOT / "sweeps" / "demo.yaml"
+    with pytest.raises(SystemExit, match=r"error: .*samples.jsonl, line 2, is not a valid sample.*sed -i '2d'"):
+        report_main(
+            [
+                "table",
+                str(spec),
+                "--results",
+                str(tmp_path / "runs"),
+                "--out",
+                str(tmp_path / "t"),
+                "limit=3",
+                "m=2",
+                "max_gen_toks=8",
+                *pair_overrides(small_pair_dir),
+            ]
+        )
+    replies = tmp_path / "replies.jsonl"
+    replies.write_bytes(b'{"id": "0", "response": "#### 4"}\n{"id": "1", "response": "caf\xe9"}\n')
+    with pytest.raises(DataError, match=r"replies.jsonl:2: not UTF-8 text .* save the file as UTF-8"):
+        read_responses(replies, "arith")

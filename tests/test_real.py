@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from cactus_bench.app import run as run_mod
+from cactus_bench.app.compose import compose
 from cactus_bench.benchmarks.base import make_benchmark
 from cactus_bench.decode.engine import Engine, EngineOptions, Job
 from cactus_bench.decode.warp import Warper
 from cactus_bench.embedded.smollm2 import ensure_smollm2, gguf_file
 from cactus_bench.models import load_pair
-from cactus_bench.report.specs import compose
 from cactus_bench.rules import build_rule
 from cactus_bench.score import main as score_main
 from cactus_bench.score import score_responses

@@ -16,8 +16,9 @@ import pytest
 from cactus_bench.app import run as run_mod
 from cactus_bench.app.config import ConfigError, validate
 from cactus_bench.app.lock import LockHeld, RunLock
+from cactus_bench.app.runs import load_runs
 from cactus_bench.app.store import RunStore, StoreError, read_samples, run_dir
-from cactus_bench.report import load_runs, load_spec, render_table
+from cactus_bench.report import load_spec, render_table
 
 from .helpers.cli import run_main
 from .helpers.configs import cfg_of

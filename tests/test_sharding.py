@@ -46,7 +46,12 @@ def test_a_duplicated_item_is_refused_at_merge(small_pair_dir, tmp_path):
     copy = (folder / "samples.shard-0-of-2.jsonl").read_text().splitlines()[0]
     with open(folder / "samples.shard-1-of-2.jsonl", "a") as f:
         f.write(copy + "\n")
-    with pytest.raises(StoreError, match=r"item 0 is stored more than once \(samples.shard-0-of-2.jsonl, "):
+    n = len((folder / "samples.shard-1-of-2.jsonl").read_text().splitlines())  # the copy's line: named, with the fix
+    with pytest.raises(
+        StoreError,
+        match=rf"item 0 is stored more than once \(at samples.shard-0-of-2.jsonl:1, samples.shard-1-of-2.jsonl:{n};"
+        rf".*sed -i '{n}d'",
+    ):
         run_mod.run(cfg_of("shard=1/2", results=tmp_path, pair_dir=small_pair_dir))
 
 
@@ -92,6 +97,17 @@ def test_plan_prints_a_costed_table_for_table1():
     forced = main(["sweeps/table1.yaml", "engine=eager", "gpu=h200"])  # a spec or override naming eager is costed so
     assert "| eager " in next(line for line in forced.splitlines() if line.startswith("| gsm8k"))
     assert main(["sweeps/table1.yaml", "shards=8", "slots_per_gpu=2", "gpu=h200"]).count("(4 GPU(s))") == 1
+
+
+def test_the_plan_reads_dataset_facts_from_conf_data_and_refuses_a_dataset_without_them():
+    """Item counts come from conf/data (GPQA by subset); before, a dataset missing from plan's own table was
+    priced at 0 items, silently."""
+    from cactus_bench.plan import main
+
+    text = main(["sweeps/table1.yaml", "gpu=h200", "data.subset=main"])
+    assert [line.split("|")[3].strip() for line in text.splitlines() if line.startswith("| gpqa")][0] == "448"
+    with pytest.raises(SystemExit, match=r"data=gsm8k: conf/data/gsm8k.yaml states no items, so the plan cannot price"):
+        main(["sweeps/table1.yaml", "gpu=h200", "data.items=null"])
 
 
 def test_the_sweep_writes_each_cell_as_the_same_run(small_pair_dir, tmp_path):

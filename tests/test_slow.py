@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from cactus_bench.report import compose_cell, find_run, load_runs, load_spec
+from cactus_bench.app.runs import find_run, load_runs
+from cactus_bench.report import compose_cell, load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -75,8 +76,12 @@ def test_embedded_pair_meets_its_quality_bar(env):
 def test_reproduce_table2_on_the_tiny_pair(env):
     env, results = env
     out = run(["make", "reproduce-table2", "PAIR=tiny", "LIMIT=2", "MAX_GEN_TOKS=16", "ARGS=progress=false"], env)
-    assert "Table 2" in out.stdout and "(1.81×†)" in out.stdout and "mt_bench" in out.stdout
-    assert (results / "tables" / "table2.md").exists()
+    # the tiny pair's table: named and titled after its setting, no paper numbers beside it (they are the
+    # paper's pair's), and the spec's own table2.md untouched
+    assert "Table 2" in out.stdout and "run with pair tiny, not the paper's" in out.stdout and "mt_bench" in out.stdout
+    assert "(1.81×†)" not in out.stdout
+    assert (results / "tables" / "table2-pair-tiny_limit-2_max-gen-toks-16.md").exists()
+    assert not (results / "tables" / "table2.md").exists()
 
 
 def test_demo_shows_the_accuracy_acceptance_trade_off(env):

@@ -9,6 +9,7 @@
   with what to do: the same sweep command submits only the shards that are not finished.
 * Several runs per GPU (`slots_per_gpu=k`): the sweep packs k runs into one job of k tasks sharing its GPU
   (`pack_entry` picks a task's run by its rank).
+* On one machine (`hydra/launcher=local_gpus`), each worker claims a GPU slot of its own (`claim_gpu_slot`).
 """
 
 from __future__ import annotations
@@ -133,3 +134,33 @@ def pack_entry(pack: list[Any]) -> Any:
     if rank >= len(pack):
         raise ValueError(f"task {rank} of a job packing {len(pack)} run(s): tasks_per_node must equal the pack")
     return pack[rank]
+
+
+_GPU_SLOT = None  # the lock file this worker holds for its GPU (kept open while the process lives)
+
+
+def claim_gpu_slot() -> None:
+    """Under `hydra/launcher=local_gpus`, give this worker process one GPU of its own: the first slot whose
+    lock file no other worker holds. Must run before torch initialises CUDA."""
+    global _GPU_SLOT
+    from hydra.core.hydra_config import HydraConfig
+
+    if _GPU_SLOT is not None or not HydraConfig.initialized():
+        return
+    if HydraConfig.get().runtime.choices.get("hydra/launcher") != "local_gpus":
+        return
+    import fcntl
+    import tempfile
+
+    gpus = int(os.environ.get("CACTUS_BENCH_GPUS", "1"))
+    for slot in range(gpus * int(os.environ.get("CACTUS_BENCH_SLOTS_PER_GPU", "1"))):  # k slots per GPU
+        f = open(os.path.join(tempfile.gettempdir(), f"cactus-bench-gpu-{slot}.lock"), "a")  # noqa: SIM115
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.close()
+            continue
+        _GPU_SLOT = f
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(slot % gpus)
+        log.info("this job uses GPU %d (CUDA_VISIBLE_DEVICES)", slot % gpus)
+        return

@@ -14,10 +14,11 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from ..benchmarks.base import KINDS
-from ..decode.api import DECODERS, DecoderSettings, load_backends
+from ..decode.api import DecodeSpec, ModelSpec, backend, backend_names
 from ..methods import Method, method_names
 from .schema import (
     CONF_DIR,
+    RENAMED_SETTINGS,
     DataConfig,
     EngineConfig,
     MethodConfig,
@@ -26,6 +27,7 @@ from .schema import (
     RunConfig,
     SamplingConfig,
     TrackingConfig,
+    renamed_message,
 )
 
 TRACKERS = ("none", "wandb")
@@ -62,6 +64,8 @@ def unknown_keys(cfg: DictConfig) -> None:
     for key in cfg:
         if key in known:
             continue
+        if key in RENAMED_SETTINGS:
+            raise ConfigError(renamed_message(key))
         nested = _where(key)
         hint = f" It lives at {nested} (e.g. {nested}=...)." if nested else ""
         close = difflib.get_close_matches(key, sorted(known - HYDRA_KEYS), n=1)
@@ -126,6 +130,11 @@ def _note_unused(cfg: DictConfig, method: Method) -> None:
         log.info("note: delta=%s is not used by method=%s (ignored)", cfg.delta, cfg.method.name)
     if not method.uses_drafter and cfg.m != RunConfig.m:
         log.info("note: m=%s is not used by method=%s (ignored)", cfg.m, cfg.method.name)
+    if cfg.timing_sample is not None and cfg.batch_size == 1 and method.uses_drafter:
+        log.info(
+            "note: timing_sample=%s is not used at batch_size=1: every item is timed as it decodes (ignored)",
+            cfg.timing_sample,
+        )
 
 
 def validate(cfg: DictConfig) -> Method:
@@ -210,26 +219,48 @@ def _name_the_pair(cfg: DictConfig, method: Method) -> None:
 
 
 def _check_engine(engine) -> None:
-    from ..decode.backends.hf import ENGINES
+    names = backend_names()
+    if engine.backend not in names:
+        raise ConfigError(f"engine.backend={engine.backend!r} is not valid: choose one of {', '.join(names)}")
+    engines = backend(engine.backend).engines
+    if engine.name not in engines:
+        raise ConfigError(
+            f"engine.name={engine.name!r} is not valid for engine.backend={engine.backend}: choose one of "
+            f"{', '.join(engines)}"
+        )
 
-    load_backends()
-    if engine.backend not in DECODERS:
-        raise ConfigError(f"engine.backend={engine.backend!r} is not valid: choose one of {', '.join(DECODERS)}")
-    if engine.backend == "hf" and engine.name not in ENGINES:
-        raise ConfigError(f"engine.name={engine.name!r} is not valid: choose one of {', '.join(ENGINES)}")
 
-
-def decoder_settings(cfg: DictConfig) -> DecoderSettings:
-    """What the run's decoder is built with: the one place a config becomes decode options."""
-    return DecoderSettings(
+def decode_spec(cfg: DictConfig, method: Method) -> DecodeSpec:
+    """What the run decodes with besides the models: the one place a config becomes decode options."""
+    return DecodeSpec(
+        method=method,
         max_new_tokens=cfg.max_gen_toks,
         **OmegaConf.to_container(cfg.sampling, resolve=True),
         seed=cfg.seed,
+        add_bos_token=cfg.pair.add_bos_token,
         backend=cfg.engine.backend,
         engine=cfg.engine.name,
         batch_size=cfg.batch_size,
-        add_bos_token=cfg.pair.add_bos_token,
         paired_timing=cfg.paired_timing,
+    )
+
+
+def model_spec(cfg: DictConfig, method: Method, resolve=lambda name: name) -> ModelSpec:
+    """The models the run's backend loads: the verifier, and the drafter only where the method uses one.
+    `resolve` maps a configured name to what the backend loads (the app's: an embedded pair's folder)."""
+    p = cfg.pair
+    device_map = p.verifier_device_map
+    if isinstance(device_map, DictConfig):
+        device_map = OmegaConf.to_container(device_map)
+    return ModelSpec(
+        verifier=resolve(p.verifier),
+        drafter=resolve(p.drafter) if method.uses_drafter else None,
+        dtype=p.dtype,
+        drafter_dtype=p.drafter_dtype,
+        verifier_dtype=p.verifier_dtype,
+        device=p.device,
+        verifier_device_map=device_map,
+        revision=p.revision,
     )
 
 

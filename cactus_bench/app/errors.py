@@ -54,7 +54,7 @@ def explain_composition(e: BaseException, overrides: list[str]) -> ConfigComposi
     from hydra.errors import HydraException, MissingConfigException
     from omegaconf.errors import ConfigAttributeError, ValidationError
 
-    from .schema import GROUPS, RunConfig
+    from .schema import GROUPS, RENAMED_SETTINGS, RunConfig, renamed_message
 
     text, cause = str(e), e.__cause__
     if isinstance(e, MissingConfigException):
@@ -68,6 +68,8 @@ def explain_composition(e: BaseException, overrides: list[str]) -> ConfigComposi
     if isinstance(cause, ConfigAttributeError):
         key = re.search(r"Could not override '([^']+)'", text)
         key = key.group(1) if key else "?"
+        if key in RENAMED_SETTINGS:
+            return ConfigCompositionError(renamed_message(key))
         group, _, leaf = key.rpartition(".")
         node = RunConfig.__dataclass_fields__.get(group)
         if group and node is not None:  # a nested key: the group's own fields

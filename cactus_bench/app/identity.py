@@ -21,7 +21,8 @@ from omegaconf import DictConfig, OmegaConf
 from ..methods import BASELINE, Method
 from .config import pair_label
 
-REFERENCES = {"sps": "sps", "baseline": BASELINE}  # what relative metrics compare with: SpS, the verifier alone
+# the method of each reference run relative metrics compare with (metrics.REFERENCES): SpS, the verifier alone
+REFERENCE_METHODS = {"sps": "sps", "baseline": BASELINE}
 
 
 def _hash(value: Any, n: int) -> str:
@@ -40,9 +41,10 @@ class RunIdentity:
     seed: int
     sampling: dict
     max_gen_toks: int
-    # where the run is filed (names, not identity)
+    # where the run is filed (names, not identity); the verifier alone is filed under its own pair name
     pair_name: str = field(default="", compare=False)
     data_label: str = field(default="", compare=False)
+    baseline_pair_name: str = field(default="", compare=False)
 
     @classmethod
     def of(cls, cfg: DictConfig | dict) -> RunIdentity:
@@ -68,11 +70,12 @@ class RunIdentity:
             max_gen_toks=cfg.max_gen_toks,
             pair_name=pair_label(p, method.uses_drafter),
             data_label=cfg.data.get("label") or cfg.data.name,
+            baseline_pair_name=pair_label(p, False),
         )
 
     def as_dict(self) -> dict:
         out = asdict(self)
-        del out["pair_name"], out["data_label"]
+        del out["pair_name"], out["data_label"], out["baseline_pair_name"]
         return out
 
     @property
@@ -94,13 +97,14 @@ class RunIdentity:
     def reference(self, which: str) -> RunIdentity:
         """The identity of a reference run in this setting: `sps` (Rej) or `baseline` (the verifier
         alone: speedup). The drafter and m are this run's (a baseline has neither)."""
-        method = Method(REFERENCES[which], {}, self.m or 0)
+        method = Method(REFERENCE_METHODS[which], {}, self.m or 0)
         return replace(
             self,
             method=method.name,
             params={},
             m=self.m if method.uses_drafter else None,
             drafter=self.drafter if method.uses_drafter else None,
+            pair_name=self.pair_name if method.uses_drafter else self.baseline_pair_name,
         )
 
     @property

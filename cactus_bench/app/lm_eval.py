@@ -1,63 +1,83 @@
-"""Our decoder as an lm-eval model: `generate_until` hands lm-eval's requests to a `Decoder` and removes
-Qwen3's `<think>…</think>` before lm-eval scores. Decode statistics are kept per request.
+"""Our decoders as an lm-eval model (`model="cactus"`, registered on import): `generate_until` hands lm-eval's
+requests to a `Decoder` and removes Qwen3's `<think>…</think>` before lm-eval scores. Decode statistics are
+kept per request.
 
-From lm-eval's own evaluator (`model="cactus"`, registered on import), `model_args` name the pair and the
-method: `drafter=...,verifier=...,method=cactus,delta=0.75,m=10,temperature=0.6,top_p=0.95,top_k=20`;
-`python -m cactus_bench.lm_eval_cli` is lm-eval's CLI with this model registered."""
+`model_args` are run settings, composed by Hydra exactly as `python -m cactus_bench` composes them (so the
+defaults are conf/'s: the pair's token budget, the paper's sampling):
+`pair=tiny,method=cactus,delta=0.75,m=10` or `drafter=<id or folder>,verifier=<id or folder>,...`; sampling
+keys (`temperature`, `top_k`, `top_p`) and pair keys (`dtype`, `device`, `revision`, `add_bos_token`) are
+accepted bare, any other unknown key is a rule parameter. `python -m cactus_bench.lm_eval_cli` is lm-eval's
+CLI with this model registered and the project's tasks on its path.
+"""
 
 from __future__ import annotations
 
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
-from ..decode import Decoder, DecoderSettings, Request, build_decoder
-from ..methods import Method
-from ..models import Pair, load_pair
-from .filters import remove_thinking
+from ..benchmarks.filters import remove_thinking
+from ..decode import Decoder, Request
+
+PAIR_KEYS = ("drafter", "verifier", "dtype", "drafter_dtype", "verifier_dtype", "device", "revision", "add_bos_token")
+SAMPLING_KEYS = ("temperature", "top_k", "top_p")
+RUN_KEYS = ("delta", "m", "max_gen_toks", "seed", "batch_size", "threads")
+GROUPS = ("pair", "method", "sampling", "engine")  # config groups chosen by name, e.g. pair=tiny
+
+
+def overrides_of(model_args: dict) -> list[str]:
+    """lm-eval's model_args as the run's Hydra overrides; a key that is none of the run's is a rule parameter."""
+
+    def value(v) -> str:
+        return str(v).lower() if isinstance(v, bool) else str(v)
+
+    out = []
+    for key, v in model_args.items():
+        if key in GROUPS:
+            out.append(f"{key}={value(v)}")
+        elif key in PAIR_KEYS:
+            out.append(f"pair.{key}={value(v)}")
+        elif key in SAMPLING_KEYS:
+            out.append(f"sampling.{key}={value(v)}")
+        elif key in RUN_KEYS:
+            out.append(f"{key}={value(v)}")
+        else:
+            out.append(f"++method.params.{key}={value(v)}")
+    return sorted(out, key=lambda o: o.split("=")[0] not in GROUPS)  # groups first, then their keys
 
 
 class CactusLM(LM):
     """lm-eval model over a decoder. The decoder's sampling holds (the task's own greedy settings are
     ignored: the paper samples), and its token budget caps every request."""
 
-    def __init__(self, pair: Pair, decoder: Decoder, filter_thinking: bool = True):
+    def __init__(self, decoder: Decoder | None = None, filter_thinking: bool = True, **model_args):
         super().__init__()
-        self.pair, self.decoder = pair, decoder
+        if decoder is None:
+            decoder = decoder_of(model_args)
+        elif model_args:
+            raise TypeError(f"CactusLM takes a decoder or model_args, not both (got {sorted(model_args)})")
+        self.decoder = decoder
         # lm-eval's stock tasks lack the authors' thinking filter: `generate_until` applies it for them
         self.filter_thinking = filter_thinking
         self.records: list[dict] = []  # per request: decode statistics
 
-    SAMPLING_ARGS = ("temperature", "top_k", "top_p")
-    PAIR_ARGS = ("drafter", "verifier", "dtype", "device", "revision")
-
     @classmethod
     def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None) -> CactusLM:
-        """lm-eval's constructor: `drafter=...,verifier=...,method=cactus,delta=0.75,m=10,...` (the paper's
-        sampling unless temperature/top_k/top_p are given; any other key is a rule parameter)."""
         from lm_eval.utils import simple_parse_args_string
 
-        args = simple_parse_args_string(arg_string)
-        missing = [k for k in ("drafter", "verifier") if k not in args]
-        if missing:
-            raise ValueError(f"cactus model_args need {' and '.join(missing)} (hub ids or local folders)")
-        pair_kw = {k: args.pop(k) for k in cls.PAIR_ARGS if k in args}
-        sampling = {"temperature": 0.6, "top_k": 20, "top_p": 0.95}
-        sampling.update({k: args.pop(k) for k in cls.SAMPLING_ARGS if k in args})
-        name, m = args.pop("method", "cactus"), int(args.pop("m", 10))
-        max_gen_toks, seed = int(args.pop("max_gen_toks", 4096)), int(args.pop("seed", 0))
-        add_bos = bool(args.pop("add_bos_token", "gemma" in str(pair_kw["verifier"]).lower()))  # as lm-eval does
-        method = Method(str(name), args, m)  # what is left: the rule's parameters
-        pair = load_pair(pair_kw.pop("drafter"), pair_kw.pop("verifier"), **pair_kw)
-        settings = DecoderSettings(max_gen_toks, **sampling, seed=seed, add_bos_token=add_bos)
-        return cls(pair, build_decoder(pair, method, settings))
+        return cls.create_from_arg_obj(simple_parse_args_string(arg_string), additional_config)
+
+    @classmethod
+    def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None) -> CactusLM:
+        """lm-eval's constructors (its CLI calls this one): `model_args` win over lm-eval's own options."""
+        return cls(**(lm_eval_options(additional_config or {}) | dict(arg_dict)))
 
     # --- chat template (lm-eval builds prompts with it) ---
     @property
     def tokenizer_name(self) -> str:
-        return self.pair.tokenizer_name
+        return self.decoder.tokenizer_name
 
     def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        return self.pair.apply_chat_template(chat_history, add_generation_prompt)
+        return self.decoder.apply_chat_template(chat_history, add_generation_prompt)
 
     # --- generation ---
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
@@ -76,6 +96,45 @@ class CactusLM(LM):
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
         raise NotImplementedError("cactus-bench evaluates generation tasks only (generate_until)")
+
+
+def lm_eval_options(options: dict) -> dict:
+    """What lm-eval passes every model besides model_args (batch_size, max_batch_size, device), as run
+    settings: a batch size other than its default 1 (its "auto" is ours), and a device other than its
+    default cuda:0 on a machine without CUDA (there the pair's device, auto, holds)."""
+    import torch
+
+    out = {}
+    batch = options.get("batch_size")
+    if batch not in (None, 1, "1"):
+        out["batch_size"] = "auto" if str(batch).startswith("auto") else batch
+    device = options.get("device")
+    if device is not None and not (device == "cuda:0" and not torch.cuda.is_available()):
+        out["device"] = device
+    return out
+
+
+def decoder_of(model_args: dict) -> Decoder:
+    """The decoder a run with these settings would use: composed, validated (one paragraph on a bad key,
+    before any model loads) and built by the app."""
+    from .compose import compose
+    from .config import validate
+    from .run import get_decoder
+
+    args = {k: v for k, v in model_args.items() if v is not None}
+    if "pair" not in args and "verifier" not in args:
+        raise ValueError("cactus model_args need pair=<name> or verifier=<hub id or folder> (and drafter=...)")
+    cfg = compose(tuple(overrides_of(args)))
+    return get_decoder(cfg, validate(cfg))
+
+
+def task_manager():
+    """lm-eval's task manager with the project's tasks (`cactus_gsm8k`, `cactus_arith`, ...) added."""
+    from lm_eval.tasks import TaskManager
+
+    from ..benchmarks.scoring import TASKS_DIR
+
+    return TaskManager(include_path=str(TASKS_DIR))
 
 
 register_model("cactus")(CactusLM)

@@ -6,68 +6,35 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+import sys
 import threading
 from dataclasses import replace
 
 import torch
-from omegaconf import DictConfig, OmegaConf
-from tqdm.auto import tqdm
+from omegaconf import DictConfig
 
 from .. import metrics
 from ..benchmarks.base import Benchmark, make_benchmark
-from ..decode import build_decoder
+from ..decode.api import Decoder, ModelLoadError, build_decoder
 from ..embedded import resolve_model
 from ..methods import Method
-from ..models import Pair, check_available, load_pair, resolve_device, resolve_dtype, with_drafter
 from . import timing
-from .config import decoder_settings, validate
+from .config import decode_spec, model_spec, validate
 from .identity import RunIdentity
 from .store import RunStore, StoreError, duplicated_items, read_timings
-from .tracking import NullTracker, make_tracker
+from .tracking import NullTracker, accepted_length_figure, make_tracker
 
 log = logging.getLogger("cactus_bench")
-_PAIR: dict[tuple, Pair] = {}  # the verifier (and drafter) in memory: a sweep loads each model once
 
 
-class ModelLoadError(RuntimeError):
-    """The pair could not be loaded; the message names the key to change."""
-
-
-def get_pair(cfg: DictConfig, method: Method) -> Pair:
-    """The run's models: the verifier, and the drafter only if the method uses one (the verifier alone never
-    resolves, builds or loads a drafter). A later run with the same verifier reuses it."""
-    p = cfg.pair
-    verifier = resolve_model(p.verifier, cfg.paths.cache, log.info)
-    drafter = resolve_model(p.drafter, cfg.paths.cache, log.info) if method.uses_drafter else None
-    check_available({"verifier": verifier} | ({"drafter": drafter} if drafter else {}), p.revision)
-    key = (verifier, p.verifier_dtype or p.dtype, p.device, str(p.verifier_device_map), p.revision)
-    pair = _PAIR.get(key)
+def get_decoder(cfg: DictConfig, method: Method, **changes) -> Decoder:
+    """The run's decoder from its backend, which loads (or reuses) the models; `changes` to the decode
+    spec (e.g. batch_size=1, paired_timing=True for the timing sample)."""
+    models = model_spec(cfg, method, lambda name: resolve_model(name, cfg.paths.cache, log.info))
     try:
-        if pair is None:
-            _PAIR.clear()  # one verifier in memory at a time
-            device_map = p.verifier_device_map
-            if isinstance(device_map, DictConfig):
-                device_map = OmegaConf.to_container(device_map)
-            pair = load_pair(
-                drafter,
-                verifier,
-                dtype=p.dtype,
-                drafter_dtype=p.drafter_dtype,
-                verifier_dtype=p.verifier_dtype,
-                device=p.device,
-                verifier_device_map=device_map,
-                revision=p.revision,
-                log=log.info,
-            )
-        elif drafter is not None:
-            wanted = str(resolve_dtype(p.drafter_dtype or p.dtype, resolve_device(p.device))).replace("torch.", "")
-            if (pair.drafter_id, pair.drafter_dtype) != (drafter, wanted):
-                pair = with_drafter(pair, drafter, p.drafter_dtype or p.dtype, p.device, p.revision, log.info)
-    except (OSError, ValueError, RuntimeError) as e:  # missing files, tokenizer mismatch, too big to fit
-        models = f"{p.drafter} + {p.verifier}" if drafter else p.verifier
-        raise ModelLoadError(f"loading the pair (pair={p.name}: {models}) failed: {e}") from e
-    _PAIR[key] = pair
-    return pair
+        return build_decoder(models, replace(decode_spec(cfg, method), **changes))
+    except ModelLoadError as e:
+        raise ModelLoadError(f"pair={cfg.pair.name}: {e}") from e
 
 
 class Terminated(KeyboardInterrupt):
@@ -105,10 +72,8 @@ def _run(cfg: DictConfig, method: Method | None) -> dict:
     store = RunStore.open(cfg)  # the run's (or shard's) lock first: a second writer is refused before any load
     tracker = NullTracker()
     try:
-        pair = get_pair(cfg, method)
-        settings = decoder_settings(cfg)
-        decoder = build_decoder(pair, method, settings)
-        bench.prepare(pair, f"{cfg.pair.name}-{method.tag}")
+        decoder = get_decoder(cfg, method)
+        bench.prepare(decoder, f"{cfg.pair.name}-{method.tag}")
         tracker = make_tracker(cfg, store.folder)
         done = {s["index"]: s for s in store.samples()}
         items = bench.items(cfg.limit)
@@ -123,12 +88,12 @@ def _run(cfg: DictConfig, method: Method | None) -> dict:
             len(todo),
             store.folder,
         )
-        device = str(decoder_device(pair))
+        device = decoder.device
         finished = [done[k] for k in sorted(done)]
-        bar = tqdm(total=len(todo), desc=f"{cfg.method.name} {cfg.data.name}", disable=not cfg.progress)
+        bar = progress(len(todo), f"{cfg.method.name} {cfg.data.label}", cfg.progress)
         for record in bench.decode(decoder, todo):
             bar.update()
-            here = timing.conditions(device, settings.batch_size)
+            here = timing.conditions(device, cfg.batch_size)
             paired = timing.split_timing(record)
             record["conditions"] = here
             record["data"] = cfg.data.label  # self-describing: re-scoring checks it
@@ -143,7 +108,7 @@ def _run(cfg: DictConfig, method: Method | None) -> dict:
         stored = store.stored_summary()
         covered = stored is not None and stored.get("samples", 0) > len(items)  # a smaller rerun adds no timing
         if method.uses_drafter and not covered and (cfg.paired_timing or (cfg.timing_sample and cfg.batch_size != 1)):
-            time_sample(cfg, bench, pair, method, store, items, mine, device)
+            time_sample(cfg, bench, method, store, items, mine, device)
         summary = merge(cfg, method, bench, store, [bench.key(item) for item in items])
         # complete: this process's items are all stored (a shard's own; the run's summary says the rest)
         mine_done = summary["complete"] or (
@@ -177,11 +142,7 @@ def relative_readings(cfg: DictConfig, samples: list[dict]) -> dict:
     return out
 
 
-def decoder_device(pair: Pair):
-    return pair.verifier.get_input_embeddings().weight.device
-
-
-def time_sample(cfg, bench, pair, method, store, items, mine, device) -> None:
+def time_sample(cfg, bench, method, store, items, mine, device) -> None:
     """Time the run's sample of items (all of them with paired_timing) at batch size 1, beside the verifier
     alone, where no timing under today's conditions exists yet (`timing.py`)."""
     chosen = list(mine) if cfg.paired_timing else choose_sample(bench, items, cfg.timing_sample, cfg.seed)
@@ -197,7 +158,7 @@ def time_sample(cfg, bench, pair, method, store, items, mine, device) -> None:
         len(todo),
         metrics.describe(metrics.condition_class(here)),
     )
-    paired = build_decoder(pair, method, replace(decoder_settings(cfg), batch_size=1, paired_timing=True))
+    paired = get_decoder(cfg, method, batch_size=1, paired_timing=True)
     for record in timing.time_items(bench, paired, todo, stored, here):
         store.append_timing(record)
 
@@ -218,16 +179,19 @@ def merge(cfg: DictConfig, method: Method, bench: Benchmark, store: RunStore, wa
     the run stays incomplete. A duplicated item (two writers of one shard) is refused."""
     dup = duplicated_items(store.folder)
     if dup:
-        item, files = next(iter(dup.items()))
+        item, places = next(iter(dup.items()))
+        file, line = places[-1].rsplit(":", 1)
         raise StoreError(
-            f"{store.folder}: item {item} is stored more than once ({', '.join(files)}; {len(dup)} such items): "
-            "two processes wrote it. Keep one line per item (delete the later copies) and run again to summarise."
+            f"{store.folder}: item {item} is stored more than once (at {', '.join(places)}; {len(dup)} such "
+            f"items): two processes wrote it. Keep one line per item (delete the later copies, e.g. "
+            f"`sed -i '{line}d' {store.folder / file}`) and run again to summarise."
         )
     have = {s["index"]: s for s in store.samples()}
     samples = [have[k] for k in wanted if k in have]
     summary = summarise(cfg, method, samples, bench)
     if method.uses_drafter:  # against this setting's stored reference runs, read as the tables read them
         summary.update(relative_readings(cfg, samples))
+    summary["better"] = metrics.directions(summary)  # self-describing: which way each metric is better
     missing = [pos for pos, k in enumerate(wanted) if k not in have]
     summary["complete"] = not missing
     if missing:
@@ -253,6 +217,38 @@ def merge(cfg: DictConfig, method: Method, bench: Benchmark, store: RunStore, wa
     return summary
 
 
+class LineProgress:
+    """Progress where no terminal reads it (a log file, CI, a SLURM job): one line per tenth of the items
+    instead of a bar's thousands of carriage-return updates."""
+
+    def __init__(self, total: int, desc: str, stream=None):
+        self.total, self.desc, self.done, self.postfix = total, desc, 0, {}
+        self.every = max(1, -(-total // 10))
+        self.stream = stream or sys.stderr
+
+    def update(self) -> None:
+        self.done += 1
+        if self.done % self.every == 0 or self.done == self.total:
+            extra = "".join(f" {k}={v}" for k, v in self.postfix.items())
+            print(f"{self.desc}: {self.done}/{self.total}{extra}", file=self.stream, flush=True)
+
+    def set_postfix(self, **values) -> None:
+        self.postfix = values
+
+    def close(self) -> None:
+        pass
+
+
+def progress(total: int, desc: str, enabled: bool, stream=None):
+    """A tqdm bar on a terminal, `LineProgress` elsewhere, nothing when progress=false."""
+    from tqdm.auto import tqdm
+
+    stream = stream or sys.stderr
+    if enabled and not stream.isatty():
+        return LineProgress(total, desc, stream)
+    return tqdm(total=total, desc=desc, disable=not enabled, file=stream)
+
+
 def _shown(value: float | None, fmt: str) -> str:
     return "–" if value is None else fmt.format(value)  # "–" as in the tables: no figure, not a zero
 
@@ -264,33 +260,10 @@ def summarise(cfg: DictConfig, method: Method, samples: list[dict], bench: Bench
         "pair": ident.pair_name,
         "method": method.name,
         "params": dict(method.params),
-        "data": cfg.data.name,
+        "data": cfg.data.label,  # the subset too (gpqa_diamond, not gpqa)
         "m": ident.m,  # null for the verifier alone: it drafts nothing
         "seed": cfg.seed,
         "experiment": cfg.experiment_name,
         **metrics.decode_metrics(samples),
         **bench.summarise(samples),
     }
-
-
-def accepted_length_figure(samples: list[dict], folder) -> dict:
-    """This run's distribution of accepted drafts per verifier call (a per-run figure for dashboards)."""
-    counts = [a for s in samples for a in s.get("rounds_accepted", [])]
-    if not counts:
-        return {}
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(4.5, 3))
-    ax.hist(counts, bins=range(max(counts) + 2), align="left", rwidth=0.85)
-    ax.set(
-        xlabel="accepted drafts per verifier call",
-        ylabel="verifier calls",
-        title=f"AL = {sum(counts) / len(counts):.2f}",
-    )
-    path = folder / "accepted_length.png"
-    fig.savefig(path, bbox_inches="tight", dpi=110)
-    plt.close(fig)
-    return {"accepted_length": path}

@@ -14,6 +14,22 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # inside the package, so wheels carry it
+# The checkout's sweeps/ and committed device figures (results/gpu/), found from the code, not the working
+# directory (absent from a wheel install: then there are none)
+PROJECT_DIR = Path(__file__).resolve().parents[2]
+SWEEPS_DIR = PROJECT_DIR / "sweeps"
+DEVICE_RESULTS_DIR = PROJECT_DIR / "results" / "gpu"
+
+
+# settings renamed since they were documented: an old command line is told the new name
+RENAMED_SETTINGS = {
+    "results_dir": "paths.runs (the runs folder; paths.results moves every output: runs, tables, figures)",
+}
+
+
+def renamed_message(key: str) -> str:
+    new = RENAMED_SETTINGS[key]
+    return f"{key} was renamed: use {new}, e.g. {new.split()[0]}=..."
 
 
 def doc(text: str, default: Any = NO_DEFAULT, factory: Any = NO_DEFAULT):
@@ -57,6 +73,11 @@ class DataConfig:
     subset: str | None = None
     subsets: list[str] | None = None  # the valid subsets, where there are any
     warmup: int = 3
+    # What `plan` prices a sweep with before any run exists (it refuses a dataset without them): the item
+    # count (by subset, where there are subsets) and a Qwen3 reply's and prompt's typical length in tokens
+    items: Any = None
+    typical_new_tokens: int | None = None
+    typical_prompt_tokens: int | None = None
 
 
 @dataclass

@@ -19,6 +19,7 @@ line (a crash mid-write) is discarded. A corrupt line elsewhere is an error nami
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -129,12 +130,20 @@ def read_samples(folder: Path) -> list[dict]:
 
 
 def duplicated_items(folder: Path) -> dict:
-    """Items stored in more than one line, with the files that hold them."""
+    """Items stored in more than one line, with where each copy is (`file:line`)."""
+    read_samples_file_all(folder)  # a bad line is named first
     where: dict = {}
     for path in samples_files(folder):
-        for s in read_samples_file(path):
-            where.setdefault(s["index"], []).append(path.name)
+        for n, line in enumerate(path.read_bytes().split(b"\n"), 1):
+            if line.strip():
+                with contextlib.suppress(ValueError, KeyError, TypeError):  # a cut last line: not a sample
+                    where.setdefault(json.loads(line)["index"], []).append(f"{path.name}:{n}")
     return {k: v for k, v in where.items() if len(v) > 1}
+
+
+def read_samples_file_all(folder: Path) -> None:
+    for path in samples_files(folder):
+        read_samples_file(path)
 
 
 def _append_line(path: Path, record: dict) -> None:
@@ -154,10 +163,12 @@ def _append_bytes(path: Path, data: bytes) -> None:
 
 
 def unwritable(path: Path, e: OSError) -> str:
+    folder = path if path.is_dir() else path.parent
+    kept = sum(1 for f in samples_files(folder) for line in f.read_bytes().split(b"\n") if line.strip())
+    written = f"The {kept} sample(s) written so far are intact." if kept else "No sample had been written yet."
     return (
-        f"cannot write {path} ({e.strerror}). The samples written so far are intact. Free space or fix the "
-        "folder's permissions (or move the results: paths.results=... / CACTUS_BENCH_RESULTS) and run the same "
-        "command again to resume."
+        f"cannot write {path} ({e.strerror}). {written} Free space or fix the folder's permissions (or move the "
+        "results: paths.results=... / CACTUS_BENCH_RESULTS) and run the same command again to resume."
     )
 
 

@@ -1,11 +1,12 @@
 """Experiment tracking: W&B when `tracking=wandb` (works offline with WANDB_MODE=offline), else nothing.
 
 One W&B run per stored run (per shard), with a stable id from the run key, so a resumed run continues the
-same W&B run. Per sample: the task's primary score, AL, both acceptance rates, realised KL, tokens, time and
-whether it stopped on length. At the end: the per-call accepted-length histogram and a summary with the
-headline score, and Rej and speedup when their reference runs (SpS, the verifier alone, same setting) are
-in the store. `method`, `delta`, `m`, `pair` and `data` are top-level config keys, so W&B's parallel
-coordinates and scatter panels work out of the box; runs are grouped by experiment (the sweep's name).
+same W&B run. Per sample: the task's primary score, AL, both acceptance rates, the target's and the
+output's KL, tokens, time and whether it stopped on length. At the end: the per-call accepted-length
+histogram and a summary with the headline score, and Rej and speedup when their reference runs (SpS, the
+verifier alone, same setting) are in the store. `method`, `delta`, `m`, `pair` and `data` are top-level
+config keys, so W&B's parallel coordinates and scatter panels work out of the box; runs are grouped by
+experiment (the sweep's name).
 `dashboards/wandb.yaml` describes the paper's figures as panels (`python -m cactus_bench.dashboard`).
 """
 
@@ -60,7 +61,7 @@ def wandb_config(cfg: DictConfig) -> dict:
 
 def reference_samples(cfg: DictConfig) -> dict[str, list[dict] | None]:
     """The samples of this setting's SpS and verifier-alone runs, when the store has them."""
-    from ..report.runs import stored_references
+    from .runs import stored_references
 
     refs = stored_references(cfg.paths.runs, RunIdentity.of(cfg))
     return {which: run.samples if run is not None else None for which, run in refs.items()}
@@ -142,6 +143,29 @@ class WandbTracker(NullTracker):
                 )
             self.run.log({"samples": table})
         self.run.finish(exit_code=0 if summary is not None else 1)
+
+
+def accepted_length_figure(samples: list[dict], folder) -> dict:
+    """This run's distribution of accepted drafts per verifier call (a per-run figure for dashboards)."""
+    counts = [a for s in samples for a in s.get("rounds_accepted", [])]
+    if not counts:
+        return {}
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(4.5, 3))
+    ax.hist(counts, bins=range(max(counts) + 2), align="left", rwidth=0.85)
+    ax.set(
+        xlabel="accepted drafts per verifier call",
+        ylabel="verifier calls",
+        title=f"AL = {sum(counts) / len(counts):.2f}",
+    )
+    path = folder / "accepted_length.png"
+    fig.savefig(path, bbox_inches="tight", dpi=110)
+    plt.close(fig)
+    return {"accepted_length": path}
 
 
 def make_tracker(cfg: DictConfig, folder: Path):

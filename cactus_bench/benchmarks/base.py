@@ -18,12 +18,11 @@ from ..registry import Registry
 
 if TYPE_CHECKING:
     from ..decode import Decoder
-    from ..models import Pair
 
 
 class Benchmark(Protocol):
-    def prepare(self, pair: Pair, model_id: str) -> None:
-        """Bind to the loaded pair before items are built (prompts use its chat template); `model_id`
+    def prepare(self, decoder: Decoder, model_id: str) -> None:
+        """Bind to the run's decoder before items are built (prompts use its chat template); `model_id`
         names pair and method where a benchmark's own files want it."""
 
     def items(self, limit: int | None) -> list[Any]:
@@ -63,7 +62,7 @@ class Kind:
     labels: dict[str, str]
 
 
-KINDS: Registry[Kind] = Registry("benchmark kind")
+KINDS: Registry[Kind] = Registry("benchmark kind", group="cactus_bench.benchmarks")
 
 
 def _task(data) -> Benchmark:
@@ -104,8 +103,10 @@ def task_summary(samples: list[dict], data: dict) -> dict:
     n = len(values)
     mean = sum(values) / n if n else None
     stderr = (sum((v - mean) ** 2 for v in values) / (n - 1) / n) ** 0.5 if n > 1 else None
+    every = set.intersection(*(set(s.get("scores", {})) for s in samples)) if samples else set()
     return {
         **metrics.decode_metrics(samples),
+        "scores": {k: sum(float(s["scores"][k]) for s in samples) / n for k in sorted(every)},  # every metric's mean
         "score": None if mean is None else 100 * mean,
         "score_stderr": None if stderr is None else 100 * stderr,
     }

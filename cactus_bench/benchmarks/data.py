@@ -35,7 +35,7 @@ class DataError(ValueError):
     """Bad data configuration: a missing file, a gated dataset without credentials, an unknown name."""
 
 
-LOADERS: Registry = Registry("dataset loader")
+LOADERS: Registry = Registry("dataset loader", group="cactus_bench.datasets")
 log = logging.getLogger("cactus_bench")
 
 

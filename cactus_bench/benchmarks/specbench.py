@@ -15,7 +15,6 @@ from ..decode import Request
 
 if TYPE_CHECKING:
     from ..decode import Decoder, Generation
-    from ..models import Pair
 
 MT_BENCH = {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"}
 SUBTASKS = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
@@ -29,13 +28,13 @@ def one(decoder: Decoder, request: Request) -> Generation:
     return next(iter(decoder.generate([request])))
 
 
-def answer_question(decoder: Decoder, pair: Pair, question: dict, model_id: str) -> tuple[dict, list[dict]]:
+def answer_question(decoder: Decoder, question: dict, model_id: str) -> tuple[dict, list[dict]]:
     """One question, all its turns in one conversation (turn 2 sees the first answer); timed per turn.
     Returns the answer in Spec-Bench's schema and each turn's decode statistics."""
     messages, turns, steps, new_tokens, wall, accept_lengths, accepted, stats = [], [], [], [], [], [], [], []
     for j, turn in enumerate(question["turns"]):
         messages.append({"role": "user", "content": turn})
-        gen = one(decoder, Request(pair.apply_chat_template(messages), ("specbench", question["question_id"], j)))
+        gen = one(decoder, Request(decoder.apply_chat_template(messages), ("specbench", question["question_id"], j)))
         out = gen.output
         messages.append({"role": "assistant", "content": gen.raw_text})
         turns.append(gen.raw_text)
@@ -65,9 +64,9 @@ def answer_question(decoder: Decoder, pair: Pair, question: dict, model_id: str)
     }, stats
 
 
-def warm_up(decoder: Decoder, pair: Pair, question: dict, runs: int) -> None:
+def warm_up(decoder: Decoder, question: dict, runs: int) -> None:
     """Spec-Bench warms up on the first question before timing anything."""
-    prompt = pair.apply_chat_template([{"role": "user", "content": question["turns"][0]}])
+    prompt = decoder.apply_chat_template([{"role": "user", "content": question["turns"][0]}])
     for _ in range(runs):
         one(decoder, Request(prompt, ("warmup",)))
 
@@ -118,10 +117,10 @@ class SpecBenchBenchmark:
         self.questions = load_specbench(data.root)
         self.warmup = data.warmup
         self._warm = False
-        self._pair, self._model_id = None, ""
+        self._model_id = ""
 
-    def prepare(self, pair: Pair, model_id: str) -> None:
-        self._pair, self._model_id = pair, model_id
+    def prepare(self, decoder: Decoder, model_id: str) -> None:
+        self._model_id = model_id
 
     def items(self, limit: int | None) -> list[dict]:
         return self.questions[:limit] if limit else self.questions
@@ -136,9 +135,9 @@ class SpecBenchBenchmark:
         """Question by question (a second turn needs the first answer)."""
         for item in items:
             if not self._warm:  # once per process, before the first timed question
-                warm_up(decoder, self._pair, self.questions[0], self.warmup)
+                warm_up(decoder, self.questions[0], self.warmup)
                 self._warm = True
-            answer, turns = answer_question(decoder, self._pair, item, self._model_id)
+            answer, turns = answer_question(decoder, item, self._model_id)
             yield {
                 "index": item["question_id"],
                 "id": item["question_id"],

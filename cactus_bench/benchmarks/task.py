@@ -13,15 +13,14 @@ from .scoring import Prompt, TaskScorer
 
 if TYPE_CHECKING:
     from ..decode import Decoder
-    from ..models import Pair
 
 
 class TaskBenchmark:
     def __init__(self, data):
         self.scorer = TaskScorer(data.task, data.primary_metric, data.root)
 
-    def prepare(self, pair: Pair, model_id: str) -> None:
-        self.scorer.chat_template, self.scorer.tokenizer_name = pair.apply_chat_template, pair.tokenizer_name
+    def prepare(self, decoder: Decoder, model_id: str) -> None:
+        self.scorer.chat_template, self.scorer.tokenizer_name = decoder.apply_chat_template, decoder.tokenizer_name
 
     def items(self, limit: int | None) -> list[Prompt]:
         return self.scorer.prompts(limit)

@@ -1,6 +1,6 @@
-"""The decode engine: the `Decoder` interface (`api`) and its transformers backend (`hf`), round statistics
-(`stats`), models with their row caches (`cache`), the batched loops (`engine`) and their one-request
-functional form (`loops`).
+"""The decode engine: the `Decoder` and `Backend` interfaces (`api`), the transformers backend (`hf`),
+round statistics (`stats`), models with their row caches (`cache`), the batched loops (`engine`) and their
+one-request functional form (`loops`).
 
 Names are loaded on first use, so the interface (and config validation, which reads the backends'
 registry) does not import transformers."""
@@ -8,9 +8,12 @@ registry) does not import transformers."""
 import importlib
 
 _WHERE = {
-    "DECODERS": "api",
+    "BACKENDS": "api",
+    "Backend": "api",
+    "DecodeSpec": "api",
     "Decoder": "api",
-    "DecoderSettings": "api",
+    "ModelLoadError": "api",
+    "ModelSpec": "api",
     "Generation": "api",
     "PairedDecoder": "api",
     "Request": "api",

@@ -1,24 +1,25 @@
-"""The decoder interface: what the app, lm-eval's adapter and the benchmarks ask of an engine backend.
+"""The decoder interface: what the app, lm-eval's adapter and the benchmarks ask of a decode backend.
 
 A `Decoder` turns a list of `Request`s into `Generation`s, yielded as each finishes (so a run can store
-samples as they come, whatever order a batched backend finishes them in). It is built once per run by
-`build_decoder(pair, method, settings)` from the backend registered under `settings.backend`; `settings`
-(`DecoderSettings`) is the one place where sampling, token budget, seed and engine options are fixed.
+samples as they come, whatever order a batched backend finishes them in), and says where it decodes and
+how prompts are templated. A `Backend` (registered in `BACKENDS`) owns its models: `build_decoder(models,
+spec)` hands it the names of the drafter and verifier (`ModelSpec`) and the one `DecodeSpec` of the run,
+and it loads (or reuses) what it needs. Nothing above this interface loads or touches a model.
 
 Every request's random stream is seeded from the run seed and the request's key (`stable_seed`), so an
 item's tokens do not depend on the order, the sharding or the resume of a run, and two methods decode
 an item from the same random numbers.
 
-A new backend (e.g. vLLM) is one module in `decode/backends/` with a factory decorated
-`@DECODERS.register("name")` taking (pair, method, settings) and returning a `Decoder`, plus one
-`conf/engine/<name>.yaml` naming it.
+A new backend is one module registering a `Backend` (`@BACKENDS.register("name")` on a function returning
+it, or `BACKENDS.add`): in `decode/backends/`, or in any installed package that names the module in its
+`cactus_bench.backends` entry points. `engine.backend=<name>` selects it.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
 from ..registry import Registry
@@ -26,7 +27,6 @@ from .stats import GenerationOutput
 
 if TYPE_CHECKING:
     from ..methods import Method
-    from ..models import Pair
 
 
 @dataclass(frozen=True)
@@ -54,52 +54,108 @@ class Generation:
 
 
 class Decoder(Protocol):
+    device: str  # where it decodes ("cpu", "cuda:0", ...): the timing conditions a sample is stored under
+
     def generate(self, requests: Sequence[Request]) -> Iterator[Generation]:
         """Decode every request; yield each generation as it finishes."""
 
+    @property
+    def tokenizer_name(self) -> str:
+        """The name lm-eval files chat-templated prompts under."""
+
+    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        """A chat as the verifier's prompt text."""
+
 
 @dataclass(frozen=True)
-class DecoderSettings:
-    """What a decoder needs besides the pair and the method, fixed once per run."""
+class ModelSpec:
+    """The models a backend loads, by name (hub ids, local folders, GGUF files), and how (`conf/pair/`)."""
 
+    verifier: str
+    drafter: str | None  # None: the verifier alone, which never loads a drafter
+    dtype: str
+    drafter_dtype: str | None
+    verifier_dtype: str | None
+    device: str
+    verifier_device_map: str | dict | None
+    revision: str | None
+
+
+@dataclass(frozen=True)
+class DecodeSpec:
+    """Everything a decode depends on besides the models, fixed once per run and built in one place
+    (`app.config.decode_spec`); its defaults live in `conf/`, not here."""
+
+    method: Method
     max_new_tokens: int
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: int = 0  # the run seed: request streams are seeded from (seed, request.key)
-    backend: str = "hf"
-    engine: str = "auto"  # the backend's engine option (hf: eager | fast | auto)
-    batch_size: int = 1  # requests decoded at once
-    add_bos_token: bool = False  # prepend BOS to text prompts (lm-eval does for Gemma)
+    temperature: float
+    top_k: int
+    top_p: float
+    seed: int  # the run seed: request streams are seeded from (seed, request.key)
+    add_bos_token: bool  # prepend BOS to text prompts (lm-eval does for Gemma)
+    backend: str
+    engine: str  # the backend's engine option (hf: eager | fast | auto)
+    batch_size: int | str  # requests decoded at once; auto: as many as fit the device's memory
     paired_timing: bool = False  # also decode each request with the verifier alone, back to back
-    options: dict = field(default_factory=dict)  # backend-specific extras (e.g. a forward timer for benchmarks)
+    options: dict = field(default_factory=dict, compare=False)  # backend extras for benchmarks (a forward timer)
 
-    @property
-    def sampling(self) -> dict:
-        return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p}
+    def verifier_alone(self) -> DecodeSpec:
+        from ..methods import BASELINE, Method
 
-
-DecoderFactory = Callable[["Pair", "Method", DecoderSettings], Decoder]
-DECODERS: Registry[DecoderFactory] = Registry("decode backend")
+        return replace(self, method=Method(BASELINE), paired_timing=False)
 
 
-def build_decoder(pair: Pair, method: Method, settings: DecoderSettings) -> Decoder:
-    """The configured backend's decoder; with paired timing, each request is decoded by the verifier alone
-    too, back to back (`PairedDecoder`)."""
-    load_backends()
-    make = DECODERS.get(settings.backend)
-    decoder = make(pair, method, settings)
-    if settings.paired_timing and method.uses_drafter:
-        from ..methods import BASELINE
-        from ..methods import Method as _Method
+@dataclass(frozen=True)
+class Backend:
+    """A decode backend as the app, `plan` and config validation see it."""
 
-        return PairedDecoder(decoder, make(pair, _Method(BASELINE), settings))
-    return decoder
+    load: Callable[[ModelSpec, DecodeSpec], Decoder]  # builds a decoder, loading (or reusing) the models
+    engines: tuple[str, ...]  # the values engine.name may take
+    devices: tuple[str, ...]  # the device kinds it decodes on (cpu, cuda, ...)
+    # plan's cost model: the engine each engine.name runs on a GPU, and that engine's launch floor per layer
+    # (seconds a forward costs beyond its memory and compute time)
+    gpu_engine: dict[str, str] = field(default_factory=dict)
+    launch_s_per_layer: dict[str, float] = field(default_factory=dict)
 
 
-def load_backends() -> None:
-    """Import every backend module (`decode/backends/`), so DECODERS lists them; no model code loads."""
+def _check_backend(name: str, backend: Backend) -> None:
+    if not isinstance(backend, Backend):
+        raise TypeError(f"decode backend {name!r}: register a decode.api.Backend, not {type(backend).__name__}")
+    if not backend.engines:
+        raise ValueError(f"decode backend {name!r} names no engine")
+    unpriced = [e for e in backend.gpu_engine.values() if e not in backend.launch_s_per_layer]
+    if unpriced:
+        raise ValueError(f"decode backend {name!r}: GPU engine(s) {unpriced} have no launch_s_per_layer")
+
+
+BACKENDS: Registry[Backend] = Registry("decode backend", _check_backend, group="cactus_bench.backends")
+
+
+def backend(name: str) -> Backend:
+    """The backend registered as `name` (the built-in ones and installed packages' are all listed)."""
+    from . import backends  # noqa: F401  (registers the built-in backends; imports no model code)
+
+    return BACKENDS.get(name)
+
+
+def backend_names() -> list[str]:
     from . import backends  # noqa: F401
+
+    return BACKENDS.names()
+
+
+class ModelLoadError(RuntimeError):
+    """A backend could not load its models; the message names the models and the key to change."""
+
+
+def build_decoder(models: ModelSpec, spec: DecodeSpec) -> Decoder:
+    """The spec's backend's decoder; with paired timing, each request is decoded by the verifier alone too,
+    back to back (`PairedDecoder`)."""
+    load = backend(spec.backend).load
+    decoder = load(models, spec)
+    if spec.paired_timing and spec.method.uses_drafter:
+        return PairedDecoder(decoder, load(replace(models, drafter=None), spec.verifier_alone()))
+    return decoder
 
 
 class PairedDecoder:
@@ -109,6 +165,7 @@ class PairedDecoder:
 
     def __init__(self, method: Decoder, baseline: Decoder):
         self.method, self.baseline = method, baseline
+        self.device = method.device
         self._pairs = 0  # paired requests so far: even ones time the verifier alone first
 
     def generate(self, requests: Sequence[Request]) -> Iterator[Generation]:
@@ -128,6 +185,13 @@ class PairedDecoder:
                 "paired_baseline_tokens": len(base.output.tokens),
             }
             yield gen
+
+    @property
+    def tokenizer_name(self) -> str:
+        return self.method.tokenizer_name
+
+    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        return self.method.apply_chat_template(chat_history, add_generation_prompt)
 
 
 def stable_seed(*parts) -> int:

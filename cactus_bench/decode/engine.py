@@ -31,7 +31,7 @@ from dataclasses import KW_ONLY, dataclass, field
 import torch
 from torch import Tensor
 
-from ..rules import Rule
+from ..rules import Rule, build_rule
 from . import graphs, memory
 from .cache import ForwardTimer, ModelRunner, buckets_between, capacity_for, device_of, to_device
 from .stats import GenerationOutput, Rounds
@@ -98,8 +98,10 @@ class Engine:
     ):
         if rule is not None and (drafter is None or m < 1):
             raise ValueError("speculative decoding needs a drafter and m >= 1")
-        self.verifier, self.drafter, self.rule, self.m = verifier, drafter, rule, m
         self.warp, self.eos, self.options = warper or Warper(), set(eos), options
+        if rule is not None and self.warp.greedy:  # at T = 0 every rule is exact-match acceptance: SpS's
+            rule = build_rule("sps")
+        self.verifier, self.drafter, self.rule, self.m = verifier, drafter, rule, m
         sizes = [verifier.config.vocab_size] + ([drafter.config.vocab_size] if drafter is not None else [])
         self.vocab = vocab or min(sizes)  # the verifier alone must sample the same vocabulary as a pair
         self.device = device_of(verifier)

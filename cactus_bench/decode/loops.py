@@ -79,16 +79,13 @@ def speculative_generate(
     on_round: Callable | None = None,
     **options,
 ) -> GenerationOutput:
-    """Speculative decoding of one prompt with any acceptance rule (methods.md §2; `engine` has the round).
-    At temperature 0 every rule collapses to exact-match acceptance, which is what SpS does on one-hot
-    distributions, so SpS is used. `on_round(engine, slots)` is called after each round (the cache tests
+    """Speculative decoding of one prompt with any acceptance rule (methods.md §2; `engine` has the round,
+    and SpS's test at temperature 0). `on_round(engine, slots)` is called after each round (the cache tests
     use it). `options` are `DecodeOptions` fields (max_new_tokens is required)."""
     opts = DecodeOptions.of(options)
     rule = build_rule(rule) if isinstance(rule, str) else rule
     if isinstance(m, bool) or not isinstance(m, int) or m < 1:
         raise ValueError(f"m (draft length) must be an integer >= 1; got {m!r}")
-    if opts.warper.greedy:
-        rule = build_rule("sps")
     engine = Engine(verifier, drafter, rule, m, opts.warper, opts.vocab, opts.eos, opts.engine_options())
     engine.on_round = on_round
     return _one(engine, opts.job(input_ids))

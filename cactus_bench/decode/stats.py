@@ -3,7 +3,7 @@ the time went. The metrics themselves are defined once, in `cactus_bench.metrics
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from .. import metrics
 
@@ -27,6 +27,11 @@ class Rounds:
     out_kl_skipped: list[int] = field(default_factory=list)  # decided positions whose support was too large
 
     def add(self, **row) -> None:
+        """One round: every column at once (a column left out would leave the others ragged)."""
+        columns = [f.name for f in fields(self)]
+        if sorted(row) != sorted(columns):
+            missing, unknown = sorted(set(columns) - set(row)), sorted(set(row) - set(columns))
+            raise ValueError(f"Rounds.add needs every column: missing {missing}, unknown {unknown}")
         for k, v in row.items():
             getattr(self, k).append(v)
 

@@ -7,13 +7,13 @@ Hydra overrides the runs were made with beyond the spec's (e.g. sampling=greedy)
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import yaml
 
-from ..app.schema import default_paths
+from ..app.runs import AmbiguousRuns, load_runs
+from ..app.schema import SWEEPS_DIR, default_paths
+from ..app.store import StoreError
 from .figures import figures
-from .runs import AmbiguousRuns, load_runs
 from .specs import load_spec
 from .tables import render_table
 
@@ -27,7 +27,7 @@ def main(argv=None):
     ap.add_argument("--results", default=paths.runs, help=f"the stored runs (default {paths.runs})")
     ap.add_argument("--out", default=None, help=f"where to write (default {paths.tables} / {paths.figures})")
     ap.add_argument("--pair", default=None, help="override the spec's pair (e.g. tiny)")
-    args = ap.parse_args(argv)
+    args = ap.parse_intermixed_args(argv)  # options after the overrides work too
     if args.what == "figures" and args.spec and "=" in args.spec:  # `figures key=value`: no spec, an override
         args.overrides.insert(0, args.spec)
     runs = load_runs(args.results)
@@ -37,7 +37,7 @@ def main(argv=None):
         spec = load_spec(args.spec, {"pair": args.pair})
         try:
             md, path = render_table(spec, runs, args.out or paths.tables, args.overrides)
-        except AmbiguousRuns as e:
+        except (AmbiguousRuns, StoreError) as e:  # two copies of a run, or a damaged samples line: one paragraph
             raise SystemExit(f"error: {e}") from None
         print(md)
         if path is not None:
@@ -45,7 +45,7 @@ def main(argv=None):
     else:
         specs = [
             load_spec(p, {"pair": args.pair})
-            for p in sorted(Path("sweeps").glob("*.yaml"))
+            for p in sorted(SWEEPS_DIR.glob("*.yaml"))
             if "figure" in (yaml.safe_load(p.read_text()) or {})
         ]
         made = figures(runs, args.out or paths.figures, specs, args.overrides)

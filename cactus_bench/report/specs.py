@@ -12,13 +12,12 @@ A figure spec is a table spec with `figure:` naming its drawing and two extensio
 
 from __future__ import annotations
 
-from functools import lru_cache
 from pathlib import Path
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from ..app.schema import CONF_DIR
+from ..app.compose import compose
 
 ROW_KEYS = ("label", "method", "curve", "curve_param")  # what a spec row says besides the rule's parameters
 
@@ -53,6 +52,8 @@ def load_spec(path: str | Path, overrides: dict | None = None) -> dict:
     spec = yaml.safe_load(Path(path).read_text())
     spec.setdefault("paper_pair", spec["pair"])
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    # what differs from the spec file: named in the table's file name and title (`report.tables.table_name`)
+    spec["changed"] = {k: v for k, v in overrides.items() if str(spec.get(k)) != str(v)}
     if spec.get("pairs") and "pair" in overrides:
         spec["pair_override"] = overrides["pair"]
     if "seed" in overrides:  # one seed asked for on the command line: not the spec's list
@@ -130,18 +131,3 @@ def cell_config(spec: dict, row: dict, data: str) -> dict:
 def compose_cell(spec: dict, row: dict, data: str, overrides: list[str] = ()) -> DictConfig:
     """The config of one table cell: the spec's overrides, then the caller's (e.g. sampling=greedy)."""
     return compose(tuple(run_overrides(spec, row, data)) + tuple(overrides))
-
-
-def compose(overrides: tuple[str, ...]) -> DictConfig:
-    """The run config Hydra composes from these overrides (composition is pure: cached; callers get a copy)."""
-    return OmegaConf.create(_compose(tuple(overrides)))
-
-
-@lru_cache(maxsize=512)
-def _compose(overrides: tuple[str, ...]) -> dict:
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = hydra_compose("config", overrides=list(overrides))
-    return OmegaConf.to_container(cfg, resolve=False)

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
 
 from .. import intervals, metrics
 from ..app.identity import RunIdentity
+from ..app.runs import Run, find, pool_seeds
 from ..benchmarks.base import KINDS
 from ..methods import BASELINE
 from ..utils import write_text_atomic
-from .runs import Run, find, pool_seeds
 from .specs import compose_cell, spec_seeds
 
 log = logging.getLogger("cactus_bench")
@@ -154,6 +155,8 @@ def _paper_cell(paper, spec, data, row, col, category=None) -> dict:
     if paper is None or col not in paper.columns:
         return none
     pair = spec.get("paper_pair", spec["pair"])
+    if spec["pair"] != pair:  # the paper's numbers sit beside the paper's pair only
+        return none
     sel = paper[(paper["pair"] == pair) & (paper["data"] == data) & (paper["method"] == row["method"])]
     if "delta" in row:
         sel = sel[pd.to_numeric(sel["delta"], errors="coerce") == row["delta"]]
@@ -201,6 +204,37 @@ def wide(df: pd.DataFrame) -> pd.DataFrame:
     return df.pivot(index="label", columns="column", values="cell").reindex(order)[list(dict.fromkeys(df["column"]))]
 
 
+def _changes(spec: dict, overrides: list[str]) -> list[str]:
+    """What this table's setting changes from its spec file: spec keys set on the command line (the pair, a
+    limit, ...) and the overrides the runs were made with."""
+    return [f"{k}={v}" for k, v in spec.get("changed", {}).items()] + list(overrides)
+
+
+def table_name(spec: dict, overrides: list[str] = ()) -> str:
+    """The files' name: the spec's, plus every setting that differs from the spec file, so a table of
+    another setting (pair=tiny, sampling=greedy) never overwrites the spec's own."""
+    changes = _changes(spec, overrides)
+    if not changes:
+        return spec["name"]
+    slug = "_".join(re.sub(r"[^A-Za-z0-9.]+", "-", c) for c in changes)
+    return f"{spec['name']}-{slug}"[:150]
+
+
+def table_title(spec: dict, overrides: list[str] = ()) -> str:
+    """The spec's title, and the setting these runs differ in (the spec's title names the paper's pair)."""
+    title = spec.get("title", spec["name"])
+    changes = _changes(spec, overrides)
+    if not changes:
+        return title
+    note = (
+        f"pair {spec['pair']}, not the paper's {spec['paper_pair']}"
+        if spec["pair"] != spec.get("paper_pair", spec["pair"])
+        else ""
+    )
+    rest = [c for c in changes if not c.startswith("pair=")]
+    return f"{title} — run with {'; '.join(x for x in (note, ', '.join(rest)) if x)}"
+
+
 def render_table(
     spec: dict, runs: list[Run], out_dir: Path | str, overrides: list[str] = ()
 ) -> tuple[str, Path | None]:
@@ -208,10 +242,10 @@ def render_table(
     None when no stored run matched (an empty table never replaces a file)."""
     df, notes = build_table(spec, runs, overrides)
     out = Path(out_dir)
-    base = out / spec["name"]
+    base = out / table_name(spec, overrides)
     table = wide(df)
-    md = f"## {spec.get('title', spec['name'])}\n\n"
-    if spec.get("paper"):
+    md = f"## {table_title(spec, overrides)}\n\n"
+    if spec.get("paper") and spec["pair"] == spec.get("paper_pair", spec["pair"]):
         md += f"ours (paper) — paper numbers from `{spec['paper']}`\n\n"
     md += table.to_markdown() + "\n"
     notes = notes + _footnotes(spec, df)

@@ -16,7 +16,7 @@ def _check_rule(name: str, cls: type) -> None:
         raise TypeError(f"rule {name!r}: {cls.__name__} does not implement {missing}")
 
 
-RULES: Registry[type[Rule]] = Registry("acceptance rule", _check_rule)
+RULES: Registry[type[Rule]] = Registry("acceptance rule", _check_rule, group="cactus_bench.rules")
 
 
 def register(name: str):

@@ -1,6 +1,6 @@
 """Composing run configs the way the CLI does, optionally on a local pair and into a results folder."""
 
-from cactus_bench.report.specs import compose
+from cactus_bench.app.compose import compose
 
 
 def pair_overrides(pair_dir) -> list[str]:

@@ -3,6 +3,9 @@
 Engines: `eager` (plain forwards), `fast` (the steady-state forwards compiled with torch.compile: inductor
 kernels and, on CUDA, CUDA graphs), `auto` (fast on CUDA, eager on a CPU or a verifier spread over several
 devices). Both keep one preallocated row cache per model and batch size.
+
+The backend owns its models (`models.load_pair`): one verifier in memory per process, so a sweep loads
+each verifier once and swaps only drafters.
 """
 
 from __future__ import annotations
@@ -13,15 +16,49 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..api import DECODERS, DecoderSettings, Generation, Request, stable_seed
+from ..api import BACKENDS, Backend, DecodeSpec, Generation, ModelLoadError, ModelSpec, Request, stable_seed
 
 if TYPE_CHECKING:
-    from ...methods import Method
     from ...models import Pair
 
 ENGINES = ("eager", "fast", "auto")
 COMPILE_BACKEND = "inductor"
 log = logging.getLogger("cactus_bench")
+_LOADED: dict[tuple, Pair] = {}  # the verifier (and drafter) in memory, by how they were loaded
+
+
+def load_models(models: ModelSpec) -> Pair:
+    """The pair: the verifier, and the drafter only where one is named. A later load of the same verifier
+    reuses it (swapping only the drafter); another verifier frees the first."""
+    from ...models import check_available, load_pair, resolve_device, resolve_dtype, with_drafter
+
+    v, d = models.verifier, models.drafter
+    key = (v, models.verifier_dtype or models.dtype, models.device, str(models.verifier_device_map), models.revision)
+    try:
+        check_available({"verifier": v} | ({"drafter": d} if d else {}), models.revision)
+        pair = _LOADED.get(key)
+        if pair is None:
+            _LOADED.clear()  # one verifier in memory at a time
+            pair = load_pair(
+                d,
+                v,
+                dtype=models.dtype,
+                drafter_dtype=models.drafter_dtype,
+                verifier_dtype=models.verifier_dtype,
+                device=models.device,
+                verifier_device_map=models.verifier_device_map,
+                revision=models.revision,
+                log=log.info,
+            )
+        elif d is not None:
+            dtype = models.drafter_dtype or models.dtype
+            wanted = str(resolve_dtype(dtype, resolve_device(models.device))).replace("torch.", "")
+            if (pair.drafter_id, pair.drafter_dtype) != (d, wanted):
+                pair = with_drafter(pair, d, dtype, models.device, models.revision, log.info)
+    except (OSError, ValueError, RuntimeError) as e:  # missing files, tokenizer mismatch, too big to fit
+        raise ModelLoadError(f"loading {f'{d} + {v}' if d else v} failed: {e}") from e
+    _LOADED[key] = pair
+    return pair
 
 
 def cut_at_stop(text: str, stops: Sequence[str]) -> str:
@@ -41,43 +78,46 @@ def resolve_engine(engine: str, pair: Pair) -> str:
 
 
 class HFDecoder:
-    """Decodes requests `settings.batch_size` at a time (1: each alone, as the paper times), refilling a
-    row as soon as its request finishes."""
+    """Decodes requests `spec.batch_size` at a time (1: each alone, as the paper times), refilling a row as
+    soon as its request finishes."""
 
-    def __init__(self, pair: Pair, method: Method, settings: DecoderSettings):
-        from ...rules import build_rule
+    def __init__(self, pair: Pair, spec: DecodeSpec):
         from ..engine import Engine, EngineOptions
         from ..warp import Warper
 
-        if settings.engine not in ENGINES:
-            raise ValueError(f"unknown engine {settings.engine!r}; choose one of {', '.join(ENGINES)}")
-        self.pair, self.method, self.settings = pair, method, settings
-        self.engine_name = resolve_engine(settings.engine, pair)
-        warper = Warper(settings.temperature, settings.top_k, settings.top_p)
-        rule = method.rule
-        if rule is not None and warper.greedy:  # at T = 0 every rule is exact-match acceptance: SpS's
-            rule = build_rule("sps")
+        if spec.engine not in ENGINES:
+            raise ValueError(f"unknown engine {spec.engine!r}; choose one of {', '.join(ENGINES)}")
+        self.pair, self.spec = pair, spec
+        self.engine_name = resolve_engine(spec.engine, pair)
+        method = spec.method
         options = EngineOptions(
-            batch_size=settings.batch_size,
+            batch_size=spec.batch_size,
             compile=COMPILE_BACKEND if self.engine_name == "fast" else None,
-            **settings.options,
+            **spec.options,
         )
         self.engine = Engine(
             pair.verifier,
             pair.drafter if method.uses_drafter else None,
-            rule,
+            method.rule,
             method.m if method.uses_drafter else 0,
-            warper,
+            Warper(spec.temperature, spec.top_k, spec.top_p),
             pair.vocab_size,
             set(pair.eos_token_id),
             options,
         )
-        self.device = self.engine.device
+        self.device = str(self.engine.device)
+
+    @property
+    def tokenizer_name(self) -> str:
+        return self.pair.tokenizer_name
+
+    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        return self.pair.apply_chat_template(chat_history, add_generation_prompt)
 
     def generate(self, requests: Sequence[Request]) -> Iterator[Generation]:
         from ..engine import Job
 
-        s, tok = self.settings, self.pair.tokenizer
+        s, tok = self.spec, self.pair.tokenizer
         jobs = []
         for req in requests:
             ids = req.prompt
@@ -109,6 +149,19 @@ def _stop_test(tok, stops: Sequence[str]):
     return lambda tokens: any(x in tok.decode(tokens[-window:]) for x in stops)
 
 
-@DECODERS.register("hf")
-def _hf(pair: Pair, method: Method, settings: DecoderSettings) -> HFDecoder:
-    return HFDecoder(pair, method, settings)
+def decoder(models: ModelSpec, spec: DecodeSpec) -> HFDecoder:
+    return HFDecoder(load_models(models), spec)
+
+
+BACKENDS.add(
+    "hf",
+    Backend(
+        load=decoder,
+        engines=ENGINES,
+        devices=("cpu", "cuda", "mps"),
+        gpu_engine={"eager": "eager", "fast": "fast", "auto": "fast"},  # auto: fast on one CUDA device
+        # eager dispatches ~72 ops per layer one by one (~8 us each from Python: 0.6B 2,014 ops and 14B 2,866
+        # a forward, counted on a CPU); the fast engine launches one CUDA graph whose kernels cost ~40 us a layer
+        launch_s_per_layer={"eager": 72 * 8e-6, "fast": 40e-6},
+    ),
+)

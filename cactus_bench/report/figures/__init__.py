@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from ..runs import Run
+from ...app.runs import Run
 from . import cross_architecture, delta_grid, lossy_tradeoff, specbench_speedup, speedup, tradeoff
 from .common import Sink, runs_frame
 

@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from ..runs import Run  # noqa: E402
+from ...app.runs import Run  # noqa: E402
 
 MARKERS = "os^Dvp<>h*"
 CAVEAT_MARK = "⚠"  # a timed figure to be read with its note (the tables' mark)

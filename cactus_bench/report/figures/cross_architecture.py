@@ -3,8 +3,8 @@ in each."""
 
 from __future__ import annotations
 
+from ...app.runs import Run
 from ...methods import is_baseline
-from ..runs import Run
 from ..specs import spec_pairs
 from .common import plt, verifier_band
 from .spec_points import points

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from ...app.runs import Run
 from ...methods import is_baseline
-from ..runs import Run
 from .common import plt, verifier_band
 from .spec_points import DIVERGENCES, X_AXES, points
 

@@ -7,7 +7,7 @@ settings are never joined (the identity includes sampling, max_gen_toks and seed
 from __future__ import annotations
 
 from ...app.identity import RunIdentity
-from ..runs import Run, find
+from ...app.runs import Run, find
 from ..specs import compose_cell, pair_spec
 
 X_AXES = {

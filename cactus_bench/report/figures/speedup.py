@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ... import metrics
-from ..runs import Run
+from ...app.runs import Run
 from .common import CAVEAT_MARK, delta_label, method_label, plt
 
 

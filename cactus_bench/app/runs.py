@@ -1,5 +1,6 @@
-"""Stored runs as the reports, the planner and tracking see them: read from a results folder, looked up by
-their identity (`app.identity.RunIdentity`). An unreadable run is skipped with one warning naming it."""
+"""The store's reading side: stored runs as the reports, the planner and tracking see them, read from a
+results folder and looked up by their identity (`identity.RunIdentity`); `store.py` writes them. An
+unreadable run is skipped with one warning naming it."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ import yaml
 from omegaconf import DictConfig
 
 from .. import metrics
-from ..app.identity import RunIdentity
-from ..app.store import read_samples
 from ..benchmarks.base import KINDS, Kind
+from .identity import RunIdentity
+from .store import read_samples
 
 log = logging.getLogger("cactus_bench")
 
@@ -144,15 +145,13 @@ def find_run(runs: list[Run], cfg: DictConfig) -> Run | None:
 
 def references(runs: list[Run], identity: RunIdentity) -> dict[str, Run | None]:
     """The runs a run is compared with: `sps` (Rej) and `baseline` (the verifier alone: speedup)."""
-    return {which: find(runs, identity.reference(which)) for which in ("sps", "baseline")}
+    return {which: find(runs, identity.reference(which)) for which in metrics.REFERENCES}
 
 
 def stored_references(runs_dir: Path | str, identity: RunIdentity) -> dict[str, Run | None]:
-    """The same, read from their own folders only (tracking, at the end of one run): a reference is filed
-    under its dataset, in whichever pair folder (the verifier alone's is named after its verifier)."""
+    """The same, read from their own folders only (a run's summary and tracking, at the end of one run)."""
     found = {}
-    for which in ("sps", "baseline"):
-        key = identity.reference(which).key
-        folders = sorted(Path(runs_dir, identity.data_label).glob(f"*/*_{key}"))
-        found[which] = next((r for f in folders for r in load_runs(f) if r.key == key), None)
+    for which in metrics.REFERENCES:
+        ref = identity.reference(which)
+        found[which] = next((r for r in load_runs(ref.folder(runs_dir)) if r.key == ref.key), None)
     return found
