@@ -14,6 +14,9 @@ def main() -> None:
     if "--debug" in sys.argv:
         sys.argv.remove("--debug")
         os.environ["CACTUS_BENCH_DEBUG"] = "1"
+    from .app.offline import go_offline_without_network
+
+    go_offline_without_network()  # before the hub's libraries read the switch
     import hydra
 
     from .app.schema import CONF_DIR  # registers the config schema too

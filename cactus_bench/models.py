@@ -107,24 +107,40 @@ class PairUnavailable(OSError):
 def check_available(models: dict[str, str], revision: str | None = None) -> None:
     """Every model of the pair is a local folder or (offline) in the hub cache, before any of them loads:
     one message names every missing model."""
+    problems = missing_models(models, revision)
+    if problems:
+        raise PairUnavailable(" ".join(problems))
+
+
+def missing_models(models: dict[str, str], revision: str | None = None) -> list[str]:
+    """What is missing of these models (role -> name), each with its fix: a local path that does not exist,
+    or (offline) a hub id not in the local hub cache."""
     offline = os.environ.get("HF_HUB_OFFLINE") == "1"
-    missing = []
+    local, hub = [], []
     for role, name in models.items():
+        if name.startswith("embedded:"):  # an embedded pair is built here on first use, never missing
+            continue
         if _is_local(name) or name.startswith((".", "/", "~")):
             path = Path(name).expanduser()
-            if not (path.is_dir() or (name.endswith(".gguf") and path.is_file())):
-                missing.append(f"pair.{role}={name} is not a folder (or a .gguf file)")
+            if not path.exists():
+                local.append(f"pair.{role}={name} does not exist")
+            elif not (path.is_dir() or (name.endswith(".gguf") and path.is_file())):
+                local.append(f"pair.{role}={name} is not a model folder (or a .gguf file)")
         elif offline:
             from huggingface_hub import try_to_load_from_cache
 
             if not isinstance(try_to_load_from_cache(name, "config.json", revision=revision), str):
-                missing.append(f"pair.{role}={name} is not in the local hub cache (HF_HUB_OFFLINE=1)")
-    if missing:
-        raise PairUnavailable(
-            "; ".join(missing) + ". Download the models on a machine with internet (`huggingface-cli download "
-            "<id>`) and copy the cache, point pair.drafter / pair.verifier at local folders, or use pair=tiny "
-            "(the embedded offline pair)."
+                hub.append(f"pair.{role}={name} is not in the local hub cache (HF_HUB_OFFLINE=1)")
+    out = []
+    if local:
+        out.append("; ".join(local) + ": point it at a model folder (or a .gguf file).")
+    if hub:
+        out.append(
+            "; ".join(hub) + ": download it on a machine with internet (`huggingface-cli download <id>`) and copy "
+            "the cache, point pair.drafter / pair.verifier at local folders, or use pair=tiny (the embedded "
+            "offline pair)."
         )
+    return out
 
 
 # Quantised checkpoints and what running them needs besides torch and transformers (the `gpu` extra).

@@ -173,8 +173,10 @@ def cells(spec: dict, extra: list[str]) -> list[tuple[str, DictConfig, Method]]:
 
 def main(argv: list[str] | None = None) -> str:
     from .app.errors import fail
+    from .app.offline import go_offline_without_network
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    go_offline_without_network()  # before the hub's libraries read the switch
     spec_path, spec_overrides, extra = parse(sys.argv[1:] if argv is None else argv)
     shards = int(spec_overrides.pop("shards", 0) or 0)
     slots = int(spec_overrides.pop("slots_per_gpu", 1) or 1)

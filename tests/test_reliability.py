@@ -22,6 +22,7 @@ from cactus_bench.report import load_spec, render_table
 
 from .helpers.cli import run_main
 from .helpers.configs import cfg_of
+from .helpers.guards import refuse
 from .helpers.runs import run_killed_after
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -422,3 +423,39 @@ def test_the_dashboard_description_reads_only_what_runs_log():
     for key in keys(load()):
         kind, _, name = key.partition(":")
         assert name in {"config": config_keys, "summary": summary, "history": history}[kind], key
+
+
+def test_offline_everything_missing_is_named_at_once_before_anything_loads(tmp_path, monkeypatch, caplog):
+    """Without network a run retried the hub for half a minute per file, then named one missing thing at a
+    time (the verifier, then the data). Now: offline at once, the local data copy used when there is one, and
+    every missing model and dataset in one paragraph, each with its fix."""
+    import logging
+
+    from cactus_bench.app import offline
+    from cactus_bench.benchmarks.data import DataError
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.setattr(offline, "hub_reachable", lambda: False)
+    offline.go_offline_without_network()
+    assert os.environ["HF_HUB_OFFLINE"] == os.environ["HF_DATASETS_OFFLINE"] == "1"
+
+    monkeypatch.setattr(run_mod, "get_decoder", refuse("loaded a model before naming what is missing"))
+    cfg = cfg_of("method=cactus", "data=gsm8k", "paths.data=/nonexistent", results=tmp_path)
+    with pytest.raises(DataError) as e:
+        run_mod.run(cfg)
+    said = " ".join(str(e.value).split())
+    assert "data root '/nonexistent'" in said and "pair.verifier=Qwen/Qwen3-8B is not in the local hub cache" in said
+    assert "pair.drafter=Qwen/Qwen3-0.6B" in said and "huggingface-cli download" in said
+    with pytest.raises(DataError, match="pair.verifier=/no/such/model does not exist: point it at a model folder"):
+        run_mod.run(cfg_of("method=ar", "data=arith", "pair.verifier=/no/such/model", results=tmp_path))
+
+    caplog.set_level(logging.INFO, "cactus_bench")
+    monkeypatch.setattr(offline, "LOCAL_DATA", tmp_path)  # the copy beside the checkout
+    local = cfg_of("data=gsm8k", "paths.data=null")  # no data folder set
+    offline.use_local_data(local)
+    assert local.data.root == str(tmp_path) and "reading the benchmark files from" in caplog.text
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # online: the hub, as configured
+    online = cfg_of("data=gsm8k", "paths.data=null")
+    offline.use_local_data(online)
+    assert online.data.root is None

@@ -33,7 +33,12 @@ def run(cmd, env, timeout=900):
 
 
 def test_readme_one_run_writes_a_complete_run_and_reuses_the_cache(env):
+    """README's offline example as written, with the hub unreachable and nothing set: it goes offline at once
+    and reads the local copy of the data beside the checkout (before: half a minute of retries, then a
+    request for data.root)."""
     env, results = env
+    env = {k: v for k, v in env.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "CACTUS_BENCH_DATA")}
+    env["HF_ENDPOINT"] = "https://127.0.0.1:9"  # the hub unreachable: a refused connection, at once
     cmd = [
         sys.executable,
         "-m",
@@ -43,9 +48,10 @@ def test_readme_one_run_writes_a_complete_run_and_reuses_the_cache(env):
         "delta=0.75",
         "data=gsm8k",
         "limit=3",
-        "progress=false",
     ]
-    run(cmd, env, timeout=1200)  # builds the embedded pair on first use
+    first = run(cmd, env, timeout=1200)  # builds the embedded pair on first use
+    said = first.stdout + first.stderr
+    assert "running offline" in said and "reading the benchmark files from" in said
     summary = next(results.glob("runs/gsm8k/tiny/cactus-delta0.75_m10_*/summary.json"))
     s = json.loads(summary.read_text())
     assert s["samples"] == 3 and "score" in s and s["accepted_length"] is not None

@@ -130,6 +130,12 @@ def _note_unused(cfg: DictConfig, method: Method) -> None:
         log.info("note: delta=%s is not used by method=%s (ignored)", cfg.delta, cfg.method.name)
     if not method.uses_drafter and cfg.m != RunConfig.m:
         log.info("note: m=%s is not used by method=%s (ignored)", cfg.m, cfg.method.name)
+    if str(cfg.pair.verifier).startswith("embedded:tiny/") and cfg.data.name != "arith":
+        log.info(
+            "note: the embedded tiny pair knows only arith: its replies on %s are noise (it checks the pipeline "
+            "end to end; scores mean nothing)",
+            cfg.data.name,
+        )
     if cfg.timing_sample is not None and cfg.batch_size == 1 and method.uses_drafter:
         log.info(
             "note: timing_sample=%s is not used at batch_size=1: every item is timed as it decodes (ignored)",

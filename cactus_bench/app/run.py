@@ -15,16 +15,35 @@ from omegaconf import DictConfig
 
 from .. import metrics
 from ..benchmarks.base import Benchmark, make_benchmark
-from ..decode.api import Decoder, ModelLoadError, build_decoder
+from ..benchmarks.data import DataError
+from ..decode.api import Decoder, ModelLoadError, backend, build_decoder
 from ..embedded import resolve_model
 from ..methods import Method
-from . import timing
+from . import offline, timing
 from .config import decode_spec, model_spec, validate
 from .identity import RunIdentity
 from .store import RunStore, StoreError, duplicated_items, read_timings
 from .tracking import NullTracker, accepted_length_figure, make_tracker
 
 log = logging.getLogger("cactus_bench")
+
+
+def benchmark_or_everything_missing(cfg: DictConfig, method: Method) -> Benchmark:
+    """The run's benchmark. Offline, what is missing is named at once, models and dataset together: a user
+    without network learns everything to fetch in one paragraph, not one thing per attempt."""
+    try:
+        bench, problems = make_benchmark(cfg.data), []
+    except DataError as e:
+        if not offline.is_offline():
+            raise
+        bench, problems = None, [str(e)]
+    if offline.is_offline():
+        check = backend(cfg.engine.backend).missing
+        if check is not None:
+            problems += check(model_spec(cfg, method))  # the configured names: nothing is built or loaded
+    if problems:
+        raise DataError(f"offline, and not here: {' '.join(problems)}")
+    return bench
 
 
 def get_decoder(cfg: DictConfig, method: Method, **changes) -> Decoder:
@@ -66,7 +85,8 @@ def run(cfg: DictConfig, method: Method | None = None) -> dict:
 
 def _run(cfg: DictConfig, method: Method | None) -> dict:
     method = method or validate(cfg)  # before anything expensive
-    bench = make_benchmark(cfg.data)  # data errors surface before models load
+    offline.use_local_data(cfg)
+    bench = benchmark_or_everything_missing(cfg, method)  # data errors surface before models load
     if cfg.threads is not None and not str(cfg.pair.device).startswith("cuda"):
         torch.set_num_threads(cfg.threads)  # on a CPU (a GPU run's host threads barely matter)
     store = RunStore.open(cfg)  # the run's (or shard's) lock first: a second writer is refused before any load

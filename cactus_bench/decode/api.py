@@ -116,6 +116,9 @@ class Backend:
     # (seconds a forward costs beyond its memory and compute time)
     gpu_engine: dict[str, str] = field(default_factory=dict)
     launch_s_per_layer: dict[str, float] = field(default_factory=dict)
+    # what of these models is not here, each with its fix, before anything loads (a run offline names every
+    # missing model and dataset at once); None: the backend cannot tell before loading
+    missing: Callable[[ModelSpec], list[str]] | None = None
 
 
 def _check_backend(name: str, backend: Backend) -> None:

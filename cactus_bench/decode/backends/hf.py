@@ -149,6 +149,13 @@ def _stop_test(tok, stops: Sequence[str]):
     return lambda tokens: any(x in tok.decode(tokens[-window:]) for x in stops)
 
 
+def missing(models: ModelSpec) -> list[str]:
+    from ...models import missing_models
+
+    named = {"verifier": models.verifier} | ({"drafter": models.drafter} if models.drafter else {})
+    return missing_models(named, models.revision)
+
+
 def decoder(models: ModelSpec, spec: DecodeSpec) -> HFDecoder:
     return HFDecoder(load_models(models), spec)
 
@@ -163,5 +170,6 @@ BACKENDS.add(
         # eager dispatches ~72 ops per layer one by one (~8 us each from Python: 0.6B 2,014 ops and 14B 2,866
         # a forward, counted on a CPU); the fast engine launches one CUDA graph whose kernels cost ~40 us a layer
         launch_s_per_layer={"eager": 72 * 8e-6, "fast": 40e-6},
+        missing=missing,
     ),
 )
