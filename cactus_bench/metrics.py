@@ -332,7 +332,7 @@ def timing_caveat(metric: Metric, samples: list[dict], reference: list[dict] | N
             return False, f"{metric.label}: its items were timed under {len(kinds)} conditions: " + "; ".join(
                 sorted(map(describe, kinds))
             )
-        return None
+        return _busy(metric, kinds)
     if reference is None:
         return None
     sides = {
@@ -348,7 +348,15 @@ def timing_caveat(metric: Metric, samples: list[dict], reference: list[dict] | N
         return False, f"{metric.label}: the two runs were timed under different conditions: " + "; ".join(
             sorted(map(describe, sides["method"] | sides["baseline"]))
         )
-    return None
+    return _busy(metric, sides["method"])
+
+
+def _busy(metric: Metric, kinds: set[tuple]) -> tuple[bool, str] | None:
+    """A time taken on a busy machine measures the load as well as the code: flagged, not withheld."""
+    busy = sorted(describe(k) for k in kinds if k[4])
+    if not busy:
+        return None
+    return False, f"{metric.label}: timed on a busy machine (load above {BUSY:g} per core: {'; '.join(busy)})"
 
 
 # --- pooling --------------------------------------------------------------------------------------------

@@ -583,3 +583,42 @@ def test_a_table_of_another_setting_is_named_and_titled_after_it(fixture_store, 
     md, _ = render_table(table1, [], tmp_path)
     assert "(91.71)" not in md and "pair tiny, not the paper's qwen3_0.6b_14b" in md  # no paper beside tiny
     assert "(91.71)" in render_table(load_spec(ROOT / "sweeps" / "table1.yaml"), [], tmp_path)[0]  # control
+
+
+def test_figures_of_several_settings_say_how_they_differ_and_stale_ones_go(fixture_store, tmp_path, monkeypatch):
+    """Figures of two settings shared a title and differed by a hash suffix, without n; a figure whose runs
+    are gone stayed beside the new ones."""
+    import importlib
+    import shutil
+
+    import yaml
+
+    figures_mod = importlib.import_module("cactus_bench.report.figures")  # the package, not its function
+    store = tmp_path / "runs"
+    shutil.copytree(fixture_store, store)
+    figs = tmp_path / "figs"
+    figs.mkdir()
+    stale = figs / "fig1_tradeoff_gone_pair_m3.png"
+    stale.write_bytes(b"old")
+    (figs / "mine.txt").write_text("not ours")
+    for run in load_runs(store):  # every run again as a second setting: greedy
+        config = yaml.safe_load((run.folder / "config.yaml").read_text())
+        config["sampling"]["temperature"] = 0.0
+        copy = run.folder.parent / (run.folder.name + "-greedy")
+        shutil.copytree(run.folder, copy)
+        (copy / "config.yaml").write_text(yaml.safe_dump(config))
+    titles = []
+    real = dict(figures_mod.GROUP_FAMILIES)
+    for family, draw in real.items():
+        monkeypatch.setitem(
+            figures_mod.GROUP_FAMILIES,
+            family,
+            lambda sink, name, title, g, v, draw=draw: (titles.append(title), draw(sink, name, title, g, v)),
+        )
+    figures(load_runs(store), figs)
+    assert not stale.exists() and (figs / "mine.txt").exists()  # our stale figure removed, nothing else
+    assert {t.split("; n=")[0] for t in titles} == {
+        "arith (small, m=3, temperature=0.0",
+        "arith (small, m=3, temperature=0.6",
+    }
+    assert all(re.search(r"; n=\d+\)$", t) for t in titles), titles

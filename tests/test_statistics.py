@@ -146,3 +146,27 @@ def test_a_table_says_when_a_difference_is_below_what_its_items_detect():
         is None
     )
     assert below_detectable("accepted_length", {"accepted_length": 0.1}) is None
+
+
+def test_a_speedup_timed_on_a_busy_machine_is_flagged_and_a_quiet_one_is_not():
+    """The demo on a busy machine printed SpS 0.57× [0.33, 0.94] with no mark although the run logged itself
+    as busy: a time taken under load is now flagged (kept, with its reason) wherever it is read."""
+    from cactus_bench import metrics
+
+    def samples(load):
+        conditions = {"host": "h", "device": "cpu", "threads": 1, "batch_size": 1, "load": load}
+        return [
+            {
+                "id": i,
+                "stats": {"wall_time": 1.0 + i / 10, "paired_method_time": 1.0, "paired_baseline_time": 1.2},
+                "timing_conditions": conditions,
+                "conditions": conditions,
+            }
+            for i in range(6)
+        ]
+
+    busy = metrics.read("paired_speedup", samples(3.0))
+    assert busy.value is not None and "timed on a busy machine (load above 1 per core" in busy.caveat
+    assert metrics.read("paired_speedup", samples(0.4)).caveat is None  # control: quiet
+    task = metrics.read("speedup", samples(3.0), {"baseline": samples(3.0), "sps": None})
+    assert task.value is not None and "busy machine" in task.caveat

@@ -130,7 +130,11 @@ class Engine:
         self.dm = ModelRunner(self.drafter, rows, capacity, compile, timer) if self.rule is not None else None
         if compile:
             shortest = min(len(j.prompt) for j in jobs)
-            log.info("compiled forwards (%s): %s", compile, self.graph_plan(shortest, capacity))
+            log.info(
+                "compiling the decode forwards (%s) before the first item: %s",
+                compile,
+                self.graph_plan(shortest, capacity),
+            )
             if self.options.warm_up:
                 self._warm_up(rows, shortest, capacity)
         queue = list(jobs)

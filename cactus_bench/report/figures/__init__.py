@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ...app.runs import Run
 from . import cross_architecture, delta_grid, lossy_tradeoff, specbench_speedup, speedup, tradeoff
-from .common import Sink, runs_frame
+from .common import Sink, runs_frame, setting_differences
 
 log = logging.getLogger("cactus_bench")
 
@@ -34,8 +34,17 @@ SPEC_FAMILIES = {"cross_architecture": cross_architecture.draw, "lossy_tradeoff"
 
 
 def figures(runs: list[Run], out_dir: Path | str, specs: list[dict] = (), overrides: list[str] = ()) -> dict[str, Path]:
-    """Every figure the stored runs support, and those of the given figure specs; returns name -> PNG."""
+    """Every figure the stored runs support, and those of the given figure specs; returns name -> PNG. Our
+    figures in `out_dir` that this drawing did not make (their runs are gone) are removed."""
     sink = Sink(out_dir)
+    try:
+        return _draw(sink, runs, specs, overrides)
+    finally:
+        for stale in sink.remove_stale():
+            log.info("removed %s: no stored run draws it any more", stale)
+
+
+def _draw(sink: Sink, runs: list[Run], specs, overrides) -> dict[str, Path]:
     for spec in specs:
         notes = SPEC_FAMILIES[spec["figure"]](sink, spec, runs, list(overrides))
         if notes:
@@ -44,12 +53,19 @@ def figures(runs: list[Run], out_dir: Path | str, specs: list[dict] = (), overri
     df = runs_frame(runs)
     if not len(df):
         return sink.made
+    differences = {
+        key: text
+        for _, same_data in df.groupby(["pair", "data"])
+        for key, text in setting_differences(same_data).items()
+    }
     for (pair, data, setting), g in df.groupby(["pair", "data", "setting"]):
-        several = df[(df["pair"] == pair) & (df["data"] == data)]["setting"].nunique() > 1
+        several = bool(differences.get(setting))
         families = g.iloc[0]["run"].kind.figures
         ver = g[g["baseline"]]
         for m, gm in g[~g["baseline"]].groupby("m"):
             name = f"{data}_{pair}_m{m}" + (f"_{setting}" if several else "")
+            n = max(len(r.samples) for r in [*gm["run"], *ver["run"]])
+            title = f"{data} ({pair}, m={m}{', ' + differences[setting] if several else ''}; n={n})"
             for family in families:
-                GROUP_FAMILIES[family](sink, name, f"{data} ({pair}, m={m})", gm, ver)
+                GROUP_FAMILIES[family](sink, name, title, gm, ver)
     return sink.made

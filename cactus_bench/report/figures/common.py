@@ -31,6 +31,7 @@ class Sink:
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.made: dict[str, Path] = {}
+        self.noted: set[str] = set()
 
     def save(self, fig, name: str) -> None:
         for ext in ("png", "pdf"):
@@ -40,6 +41,21 @@ class Sink:
 
     def notes(self, name: str, notes: list[str]) -> None:
         (self.out / f"{name}_notes.txt").write_text("\n".join(notes) + "\n")
+        self.noted.add(f"{name}_notes.txt")
+
+    def remove_stale(self) -> list[Path]:
+        """Figures (and notes) of ours in the folder that this drawing did not make: drawn from runs or
+        settings that are gone, they would sit beside the new ones looking current."""
+        kept = {f"{n}.{ext}" for n in self.made for ext in ("png", "pdf")} | self.noted
+        stale = [
+            p
+            for pattern in ("fig*.png", "fig*.pdf", "*_notes.txt")
+            for p in self.out.glob(pattern)
+            if p.name not in kept
+        ]
+        for p in stale:
+            p.unlink()
+        return stale
 
 
 def runs_frame(runs: list[Run]) -> pd.DataFrame:
@@ -66,6 +82,20 @@ def runs_frame(runs: list[Run]) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+def setting_differences(df: pd.DataFrame) -> dict[str, str]:
+    """For each setting (`setting` key) of runs sharing pair and dataset: what it sets differently from the
+    others (`temperature=0.0, max_gen_toks=32`), so figures of several settings are told apart by title."""
+    settings = {}
+    for key, g in df.groupby("setting"):
+        ident = g.iloc[0]["run"].identity.as_dict()
+        flat = {k: v for k, v in ident.items() if k not in ("method", "params", "m", "drafter")}
+        flat |= {k: v for k, v in flat.pop("sampling", {}).items()}
+        settings[key] = flat
+    keys = sorted({k for f in settings.values() for k in f})
+    differing = [k for k in keys if len({str(f.get(k)) for f in settings.values()}) > 1]
+    return {key: ", ".join(f"{k}={f.get(k)}" for k in differing) for key, f in settings.items()}
 
 
 def delta_label(r) -> str:

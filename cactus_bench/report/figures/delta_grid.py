@@ -4,7 +4,7 @@ what was emitted is from the verifier), so the label says which is which."""
 
 from __future__ import annotations
 
-from .common import plt
+from .common import method_label, plt
 
 
 def draw(sink, name, title, g, ver) -> None:
@@ -13,7 +13,8 @@ def draw(sink, name, title, g, ver) -> None:
         return
     fig, (ax1, ax_kl) = plt.subplots(1, 2, figsize=(10.4, 3.6), gridspec_kw={"wspace": 0.45})
     ax2 = ax1.twinx()
-    for i, (method, h) in enumerate(cac.groupby("method")):
+    for i, (registered, h) in enumerate(cac.groupby("method")):
+        method = method_label(registered)  # as the tables name it
         h = h.sort_values("delta")
         ax1.plot(h["delta"], h["accepted_length"], "o-", color=f"C{2 * i}", label=f"{method} AL")
         ax2.errorbar(

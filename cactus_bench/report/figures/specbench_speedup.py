@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...benchmarks import specbench
-from .common import plt
+from .common import method_label, plt
 
 
 def draw(sink, name, title, g, ver) -> None:
@@ -20,7 +20,7 @@ def draw(sink, name, title, g, ver) -> None:
             [j + i * width for j in range(len(cats))],
             [table.get(c, {}).get("speedup", 0) for c in cats],
             width,
-            label=r.folder.name.split("_s")[0],
+            label=method_label(r.identity.method) + "".join(f" {k}={v}" for k, v in sorted(r.identity.params.items())),
         )
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cats))], cats, rotation=30, fontsize=8)
     ax.axhline(1.0, color="k", lw=1)
