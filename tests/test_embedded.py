@@ -218,3 +218,29 @@ def test_weight_size_is_counted_without_allocating():
 
     model = tiny_qwen3(vocab_size=50, hidden_size=32, num_layers=2)
     assert model_bytes(model.config, torch.bfloat16) == sum(p.numel() for p in model.parameters()) * 2
+
+
+def test_a_reused_pair_is_not_said_to_be_built_now():
+    """`python -m cactus_bench.embedded` (what `make demo` runs first) printed "built in 344s" on a warm cache."""
+    from cactus_bench.embedded.build import format_quality
+
+    q = {
+        "verifier_accuracy": 0.8,
+        "drafter_accuracy": 0.1,
+        "sps_acceptance": 0.7,
+        "temperature": 0.6,
+        "m": 4,
+        "build_seconds": 344,
+    }
+    assert format_quality(q, built_now=False).endswith("reused from the cache (it took 344s to build)")
+    assert format_quality(q).endswith("built in 344s")
+
+
+def test_readme_and_make_help_give_the_same_test_time():
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    make = re.search(r"^test:.*## .*about (\w+) minutes", (root / "Makefile").read_text(), re.M).group(1)
+    readme = re.findall(r"make test(?![-\w])[^\n]*?about (\w+) minutes", (root / "README.md").read_text())
+    assert readme and set(readme) == {make}

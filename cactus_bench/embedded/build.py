@@ -245,7 +245,8 @@ def build(out: Path, spec: dict = SPEC, log: Callable[[str], None] = print) -> d
     return quality
 
 
-def format_quality(q: dict) -> str:
+def format_quality(q: dict, built_now: bool = True) -> str:
+    """The quality figures; `built_now`: this call built the pair (else it was reused from the cache)."""
     slips = "; ".join(
         f"{role} writes a slipped {event} digit {p['mean']:.0%} (10-90 %: {p['p10']:.0%}-{p['p90']:.0%})"
         for role, events in q.get("slip_probability", {}).items()
@@ -254,7 +255,11 @@ def format_quality(q: dict) -> str:
     return (
         f"verifier accuracy {q['verifier_accuracy']:.1%}, drafter accuracy {q['drafter_accuracy']:.1%}, {slips}, "
         f"SpS acceptance {q['sps_acceptance']:.2f} (T={q['temperature']}, m={q['m']}), "
-        f"built in {q.get('build_seconds', float('nan')):.0f}s"
+        + (
+            f"built in {q.get('build_seconds', float('nan')):.0f}s"
+            if built_now
+            else f"reused from the cache (it took {q.get('build_seconds', float('nan')):.0f}s to build)"
+        )
     )
 
 
