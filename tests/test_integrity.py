@@ -462,3 +462,30 @@ def test_damaged_files_are_one_paragraph_in_report_and_score(small_pair_dir, tmp
     replies.write_bytes(b'{"id": "0", "response": "#### 4"}\n{"id": "1", "response": "caf\xe9"}\n')
     with pytest.raises(DataError, match=r"replies.jsonl:2: not UTF-8 text .* save the file as UTF-8"):
         read_responses(replies, "arith")
+
+
+def test_a_table_of_another_store_is_written_beside_it(small_pair_dir, tmp_path, monkeypatch):
+    """`report table --results <other store>` wrote into results/tables/, replacing the default store's table
+    of the same spec."""
+    from cactus_bench.report.__main__ import main as report_main
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("CACTUS_BENCH_RESULTS", str(home))
+    (home / "tables").mkdir(parents=True)
+    (home / "tables" / "demo.md").write_text("the default store's table")
+    other = tmp_path / "other" / "runs"
+    run_cell("sps", results=other, pair_dir=small_pair_dir, limit=2)
+    report_main(
+        [
+            "table",
+            str(ROOT / "sweeps" / "demo.yaml"),
+            "--results",
+            str(other),
+            "limit=2",
+            "m=2",
+            "max_gen_toks=8",
+            *pair_overrides(small_pair_dir),
+        ]
+    )
+    assert (home / "tables" / "demo.md").read_text() == "the default store's table"
+    assert list((tmp_path / "other" / "tables").glob("demo*.md"))

@@ -266,7 +266,9 @@ def progress(total: int, desc: str, enabled: bool, stream=None):
     stream = stream or sys.stderr
     if enabled and not stream.isatty():
         return LineProgress(total, desc, stream)
-    return tqdm(total=total, desc=desc, disable=not enabled, file=stream)
+    # smoothing=0: time left from the average rate so far (a batched run finishes rows in bursts, and the
+    # default moving average of the latest burst put the first estimate minutes off)
+    return tqdm(total=total, desc=desc, disable=not enabled, file=stream, smoothing=0)
 
 
 def _shown(value: float | None, fmt: str) -> str:

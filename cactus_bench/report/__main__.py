@@ -7,6 +7,7 @@ Hydra overrides the runs were made with beyond the spec's (e.g. sampling=greedy)
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import yaml
 
@@ -25,18 +26,26 @@ def main(argv=None):
     ap.add_argument("spec", nargs="?", help="table spec (sweeps/*.yaml) for `table`")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides the runs were made with (e.g. sampling=greedy)")
     ap.add_argument("--results", default=paths.runs, help=f"the stored runs (default {paths.runs})")
-    ap.add_argument("--out", default=None, help=f"where to write (default {paths.tables} / {paths.figures})")
+    ap.add_argument(
+        "--out",
+        default=None,
+        help=f"where to write (default {paths.tables} / {paths.figures}; with --results elsewhere: tables/ or "
+        "figures/ beside that runs folder, so another store's outputs never replace these)",
+    )
     ap.add_argument("--pair", default=None, help="override the spec's pair (e.g. tiny)")
     args = ap.parse_intermixed_args(argv)  # options after the overrides work too
     if args.what == "figures" and args.spec and "=" in args.spec:  # `figures key=value`: no spec, an override
         args.overrides.insert(0, args.spec)
     runs = load_runs(args.results)
+    elsewhere = Path(args.results).resolve() != Path(paths.runs).resolve()
+    beside = Path(args.results).parent  # another store's tables and figures go beside it
     if args.what == "table":
         if not args.spec:
             ap.error("`table` needs a spec, e.g. sweeps/table1.yaml")
         spec = load_spec(args.spec, {"pair": args.pair})
         try:
-            md, path = render_table(spec, runs, args.out or paths.tables, args.overrides)
+            out = args.out or (beside / "tables" if elsewhere else paths.tables)
+            md, path = render_table(spec, runs, out, args.overrides)
         except (AmbiguousRuns, StoreError) as e:  # two copies of a run, or a damaged samples line: one paragraph
             raise SystemExit(f"error: {e}") from None
         print(md)
@@ -48,7 +57,7 @@ def main(argv=None):
             for p in sorted(SWEEPS_DIR.glob("*.yaml"))
             if "figure" in (yaml.safe_load(p.read_text()) or {})
         ]
-        made = figures(runs, args.out or paths.figures, specs, args.overrides)
+        made = figures(runs, args.out or (beside / "figures" if elsewhere else paths.figures), specs, args.overrides)
         print("\n".join(str(p) for p in made.values()) or "no runs to plot")
 
 
