@@ -78,9 +78,10 @@ test-compat:  ## Run the core's tests (rules, decode, engine) under the GPU box'
 test-all:  ## Run every test but the cluster's: default, slow and real-weights tiers
 	$(OFFLINE_ENV) $(PY) -m pytest -q -m "not cluster"
 
-lint:  ## Lint and check formatting with ruff (CI runs this)
+lint:  ## Lint and check formatting with ruff, and type-check the core and its protocols with mypy (CI runs this)
 	$(PY) -m ruff check cactus_bench tests scripts hydra_plugins
 	$(PY) -m ruff format --check cactus_bench tests scripts hydra_plugins
+	$(PY) -m mypy
 
 format:  ## Format the code with ruff
 	$(PY) -m ruff format cactus_bench tests scripts hydra_plugins

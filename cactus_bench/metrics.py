@@ -412,6 +412,8 @@ def decode_metrics(samples: list[dict]) -> dict:
 
 def relative(metric: Metric, samples: list[dict], references: dict[str, list[dict] | None]) -> float | Estimate | None:
     """A relative metric's value against its reference run's samples (None when that run is missing)."""
+    if metric.relative is None or metric.reference is None:
+        raise ValueError(f"metric {metric.name!r} is not relative to a reference run")
     ref = references.get(metric.reference)
     return metric.relative(samples, ref) if ref is not None else None
 
@@ -443,7 +445,8 @@ def read(metric: Metric | str, samples: list[dict], references: dict[str, list[d
         value = metric.pooled(pool(samples))
     else:
         raise ValueError(f"metric {metric.name!r} is supplied by the benchmark, not computed from samples")
-    caveat = timing_caveat(metric, samples, references.get(metric.reference)) if value is not None else None
+    reference = references.get(metric.reference) if metric.reference is not None else None
+    caveat = timing_caveat(metric, samples, reference) if value is not None else None
     if caveat is None:
         return Reading(value)
     withheld, reason = caveat

@@ -17,7 +17,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 if TYPE_CHECKING:
-    from transformers import PretrainedConfig
+    from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 DTYPES = {
     "float32": torch.float32,
@@ -40,9 +40,9 @@ _PROBE_TEXTS = [
 
 @dataclass
 class Pair:
-    drafter: torch.nn.Module | None  # None for the verifier alone: it never loads one
-    verifier: torch.nn.Module
-    tokenizer: object  # the verifier's tokenizer (identical to the drafter's, checked)
+    drafter: PreTrainedModel | None  # None for the verifier alone: it never loads one
+    verifier: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase  # the verifier's tokenizer (identical to the drafter's, checked)
     drafter_id: str | None
     verifier_id: str
 
@@ -64,9 +64,11 @@ class Pair:
         return self.verifier_id.replace("/", "__")
 
     def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        return self.tokenizer.apply_chat_template(
+        text = self.tokenizer.apply_chat_template(
             chat_history, tokenize=False, add_generation_prompt=add_generation_prompt
         )
+        assert isinstance(text, str)  # tokenize=False: the text
+        return text
 
     @property
     def eos_token_id(self) -> list[int]:

@@ -34,7 +34,7 @@ class Registry(Generic[T]):
 
     def _load_plugins(self) -> None:
         """Import every module installed packages name in `group` (once; their definitions register)."""
-        if self._plugins_loaded:
+        if self._plugins_loaded or self.group is None:
             return
         self._plugins_loaded = True
         for ep in entry_points(group=self.group):

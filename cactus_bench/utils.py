@@ -9,6 +9,7 @@ import sys
 import tempfile
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -76,7 +77,7 @@ def environment_info() -> dict:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             pass
-    hw = {
+    hw: dict[str, Any] = {
         "machine": platform.machine(),
         "processor": platform.processor(),
         "cpu_count": os.cpu_count(),

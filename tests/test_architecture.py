@@ -1,5 +1,6 @@
 """The layering and the registries: one place per concept, checked where it is registered."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -301,3 +302,45 @@ def test_no_module_imports_from_a_layer_above_it(tmp_path):
     fake.mkdir(parents=True)
     (fake / "x.py").write_text("def f():\n    from ..report.specs import load_spec\n")
     assert upward_imports(tmp_path / "cactus_bench") == [("cactus_bench.app.x", "cactus_bench.report.specs")]
+
+
+@pytest.mark.slow
+def test_the_type_checker_holds_a_backend_to_the_decoder_protocol():
+    """`make lint` type-checks the core and its protocols: a backend whose decoder lacks part of `Decoder`
+    (here its `device` and chat template) is an error before anything runs; a whole one passes."""
+    head = "from cactus_bench.decode.api import Backend, DecodeSpec, ModelSpec\n"
+    body = (
+        "class D:\n"
+        "    {extra}\n"
+        "    def generate(self, requests): return iter(())\n"
+        "    @property\n"
+        "    def tokenizer_name(self) -> str: return 'd'\n"
+        "def load(models: ModelSpec, spec: DecodeSpec) -> D: return D()\n"
+        "Backend(load=load, engines=('x',), devices=('cpu',))\n"
+    )
+    whole = body.format(
+        extra="device = 'cpu'\n    def apply_chat_template(self, chat, add_generation_prompt=True) -> str: return ''"
+    )
+    broken = body.format(extra="pass")
+
+    def mypy(code: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mypy",
+                "--config-file",
+                os.devnull,
+                "--ignore-missing-imports",
+                "--follow-imports=silent",
+                "-c",
+                head + code,
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
+
+    assert mypy(whole).returncode == 0, mypy(whole).stdout
+    out = mypy(broken)
+    assert out.returncode == 1 and 'Argument "load" to "Backend" has incompatible type' in out.stdout

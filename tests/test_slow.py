@@ -213,3 +213,20 @@ def test_the_local_launcher_runs_two_shards_at_once(env):
     ]
     assert len(spans) == 10
     assert any(a[2] != b[2] and a[0] < b[1] and b[0] < a[1] for a in spans for b in spans)  # two at once
+
+
+def readme_command(prefix: str) -> list[str]:
+    """The first command in README's code blocks that starts with `prefix`, joined over its `\\` lines and
+    without its comment, as a user would paste it."""
+    import shlex
+
+    text = (ROOT / "README.md").read_text().replace(" \\\n", " ")
+    line = next(line for line in text.splitlines() if line.startswith(prefix))
+    return shlex.split(line.split("  #")[0])
+
+
+def test_readmes_lm_eval_command_runs_as_written(env):
+    env, results = env
+    cmd = readme_command("python -m cactus_bench.lm_eval_cli run")
+    out = run([sys.executable, *cmd[1:], "--output_path", str(results / "lm_eval")], env, timeout=1200)
+    assert "cactus_arith" in out.stdout and "exact_match" in out.stdout

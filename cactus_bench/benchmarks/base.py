@@ -122,7 +122,7 @@ def specbench_cells(run, sps, ar) -> Cells:
     """Spec-Bench's per-category speed metrics (`specbench.speed_metrics`); the verifier alone is 1×."""
     from .specbench import speed_metrics
 
-    table = speed_metrics(run.samples, ar.samples if ar is not None else None)
+    table: Cells = speed_metrics(run.samples, ar.samples if ar is not None else None)
     for values in table.values():
         values["n"] = values["questions"]
         if run.is_baseline:

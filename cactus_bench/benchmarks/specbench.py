@@ -71,7 +71,7 @@ def warm_up(decoder: Decoder, question: dict, runs: int) -> None:
         one(decoder, Request(prompt, ("warmup",)))
 
 
-def speed_metrics(samples: list[dict], baseline: list[dict] | None) -> dict[str, dict]:
+def speed_metrics(samples: list[dict], baseline: list[dict] | None) -> dict[str | None, dict]:
     """Per subtask and overall, over stored samples (`answer` in Spec-Bench's schema, `stats`, `category`):
     τ and AL pooled over decoding steps (the metrics' own definitions), tokens/s (Spec-Bench's per-question
     speed, averaged), and against the AR baseline (same question ids) Spec-Bench's speedup, the ratio of
@@ -87,7 +87,7 @@ def speed_metrics(samples: list[dict], baseline: list[dict] | None) -> dict[str,
     for s in samples:
         groups[subtask(s["category"])].append(s)
         groups["overall"].append(s)
-    out = {}
+    out: dict[str | None, dict] = {}
     for name in [*SUBTASKS, "overall"]:
         group = groups.get(name)
         if not group:

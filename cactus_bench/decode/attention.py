@@ -37,8 +37,11 @@ def grouped_sdpa_forward(
     **kwargs,
 ) -> tuple[Tensor, None]:
     groups = getattr(module, "num_key_value_groups", 1)
-    plain = groups == 1 or attention_mask is None or attention_mask.dim() != 4 or attention_mask.shape[1] != 1
-    if plain or kwargs.get("softcap") is not None or kwargs.get("position_bias") is not None:
+    if attention_mask is None or groups == 1 or attention_mask.dim() != 4 or attention_mask.shape[1] != 1:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
+    if kwargs.get("softcap") is not None or kwargs.get("position_bias") is not None:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )

@@ -86,6 +86,8 @@ class RowLayer(CacheLayerMixin):
 
     is_compileable = True
     is_sliding = False
+    keys: Tensor  # allocated at the first update (the base allows None before it)
+    values: Tensor
 
     def __init__(self, cache: RowCache):
         super().__init__()
@@ -106,10 +108,10 @@ class RowLayer(CacheLayerMixin):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         if self._cache.prefill_rows is not None:  # a prefill of some rows, from position 0
-            rows, n = self._cache.prefill_rows.to(self.device), key_states.shape[-2]
-            self.keys[rows, :, :n] = key_states
-            self.values[rows, :, :n] = value_states
-            return self.keys[rows, :, :n], self.values[rows, :, :n]
+            which, n = self._cache.prefill_rows.to(self.device), key_states.shape[-2]
+            self.keys[which, :, :n] = key_states
+            self.values[which, :, :n] = value_states
+            return self.keys[which, :, :n], self.values[which, :, :n]
         rows, heads, n, _ = key_states.shape
         pos = self._cache.pos.to(self.device)
         idx = (pos[:, None] + torch.arange(n, device=self.device))[:, None, :, None]
@@ -142,7 +144,7 @@ class RowCache(Cache):
         types = getattr(config, "layer_types", None)
         window = getattr(config, "sliding_window", None)
         self.layer_types = set(types) if types else {"sliding_attention" if window else "full_attention"}
-        self.window = window
+        self.window: int = window or 0  # read by sliding layers only, which have one
 
     def masks(self, positions: Tensor, dtype: torch.dtype, impl: str) -> Tensor | dict[str, Tensor]:
         """The attention mask of queries at `positions` [B, n] over the first `kv_len` keys: causal, and
@@ -308,9 +310,8 @@ class ModelRunner:
     def _compiled(self, args: tuple) -> tuple:
         """The compiled step; a call that compiled a graph adds to COMPILES (and is logged)."""
         before, start = graphs.graphs_compiled(), time.perf_counter()
-        limits = {"recompile_limit": RECOMPILE_LIMIT, "fail_on_recompile_limit_hit": True}
         try:
-            with torch._dynamo.config.patch(**limits):
+            with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, fail_on_recompile_limit_hit=True):
                 out = self._step(*args)
         except torch._dynamo.exc.FailOnRecompileLimitHit as e:
             raise graphs.RecompileLimitError(
@@ -357,7 +358,8 @@ class ModelRunner:
     def row_keys(self, row: int, length: int) -> list[tuple[Tensor, Tensor]]:
         """What the cache holds for a row's first `length` positions, per layer (tests compare it with a
         fresh forward)."""
-        return [(layer.keys[row, :, :length], layer.values[row, :, :length]) for layer in self.cache.layers]
+        layers = [layer for layer in self.cache.layers if isinstance(layer, RowLayer)]
+        return [(layer.keys[row, :, :length], layer.values[row, :, :length]) for layer in layers]
 
 
 def capacity_for(needed: int) -> int:

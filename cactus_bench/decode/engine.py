@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import KW_ONLY, dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -49,7 +50,7 @@ class Job:
     max_new_tokens: int
     generator: torch.Generator  # a CPU generator: the item's random stream, whatever device decodes it
     stop: Callable[[list[int]], bool] | None = None  # stop(generated) -> True ends decoding
-    handle: object = None
+    handle: Any = None  # the caller's (a Request for decoders)
 
 
 @dataclass
@@ -93,7 +94,7 @@ class Engine:
         m: int = 0,
         warper: Warper | None = None,
         vocab: int | None = None,
-        eos: set[int] = frozenset(),
+        eos: Collection[int] = frozenset(),
         options: EngineOptions = EngineOptions(),
     ):
         if rule is not None and (drafter is None or m < 1):
@@ -120,10 +121,11 @@ class Engine:
             self._check(job)
         lookahead = self.m + 1 if self.rule is not None else 0
         capacity = capacity_for(max(len(j.prompt) + j.max_new_tokens for j in jobs) + lookahead + 1)
-        rows = self.options.batch_size
-        if rows == "auto":
+        if self.options.batch_size == "auto":
             models = [self.verifier] + ([self.drafter] if self.rule is not None else [])
             rows = memory.rows_for(models, capacity, lookahead, self.vocab, max(len(j.prompt) for j in jobs))
+        else:
+            rows = int(self.options.batch_size)
         rows = min(rows, len(jobs))
         timer, compile = self.options.forward_timer, self.options.compile
         self.vm = ModelRunner(self.verifier, rows, capacity, compile, timer)
@@ -143,8 +145,8 @@ class Engine:
             while True:
                 free = [b for b in range(rows) if slots[b] is None][: len(queue)]
                 if free:  # continuous refill: free slots take the next jobs (one prefill for all of them)
-                    for b, row in zip(free, self._admit(free, [queue.pop(0) for _ in free])):
-                        slots[b] = row
+                    for b, admitted in zip(free, self._admit(free, [queue.pop(0) for _ in free])):
+                        slots[b] = admitted
                 if all(r is None for r in slots):
                     return
                 finished = self._round(slots) if self.rule is not None else self._ar_step(slots)
@@ -152,6 +154,7 @@ class Engine:
                     self.on_round(self, slots)
                 for b, reason in finished:
                     row = slots[b]
+                    assert row is not None  # a finished slot held a row
                     slots[b] = None
                     out = GenerationOutput(
                         row.generated,
@@ -193,8 +196,8 @@ class Engine:
                 length = max(bucket - lookahead, 2)  # every forward of the round reads this bucket's keys
                 for _ in range(2 if self.device.type == "cuda" else 1):
                     job = Job([0] * length, lookahead + 2, torch.Generator().manual_seed(0))
-                    slots = [Row(job, [0] * length, 0.0, 0.0) for _ in range(rows)]
-                    self._round(slots) if self.rule is not None else self._ar_step(slots)
+                    fake: list[Row | None] = [Row(job, [0] * length, 0.0, 0.0) for _ in range(rows)]
+                    self._round(fake) if self.rule is not None else self._ar_step(fake)
                 self._warm.add((rows, bucket))
         log.info(
             "warm-up: %d graph(s) compiled in %.1fs (%d rows; key buckets %s)",
@@ -238,22 +241,24 @@ class Engine:
 
     # --- one speculative round -------------------------------------------------------------------------
     def _round(self, slots: list[Row | None]) -> list[tuple[int, str]]:
-        m, vocab, warp = self.m, self.vocab, self.warp
+        m, vocab, warp, rule, dm = self.m, self.vocab, self.warp, self.rule, self.dm
+        assert rule is not None and dm is not None  # a speculative engine has both
         live = [r for r in slots if r is not None]
         clock = _Clock(self.device, self.options.sync_timing)
         u = self._uniforms(slots, 2 * m + 1)  # [B, 2m+1]: drafts, accept tests, the sampled token
         # draft: the first step feeds each row's last two committed tokens
         lengths = [len(r.committed) if r is not None else 2 for r in slots]
-        self.dm.set_positions([n - 2 for n in lengths])
+        dm.set_positions([n - 2 for n in lengths])
         x = to_device([r.committed[-2:] if r is not None else [0, 0] for r in slots], torch.long, self.device)
         reach = max(lengths)
-        need_raw = self.rule.needs_raw
+        need_raw = rule.needs_raw
         probs, raws, drafts = [], [], []
         for j in range(m):
-            logits, p, d = self.dm.forward(x, reach + j, 1, vocab, warp, u[:, j], logits=need_raw)
+            logits, p, d = dm.forward(x, reach + j, 1, vocab, warp, u[:, j], logits=need_raw)
+            assert d is not None  # sampled: uniforms were given
             probs.append(p[:, -1])
             drafts.append(d)
-            if need_raw:
+            if logits is not None:
                 raws.append(torch.softmax(logits[:, -1].float(), -1))
             x = d[:, None]
         p, d = torch.stack(probs, 1), torch.stack(drafts, 1)  # [B, m, V], [B, m]
@@ -267,10 +272,10 @@ class Engine:
         v_logits, q, _ = self.vm.forward(ids, reach + m, m + 1, vocab, warp, logits=need_raw)
         q = q.to(self.device)  # a verifier spread by device_map: its last GPU
         t_verify = clock.lap()
-        raw = {}
-        if need_raw:
+        raw: dict[str, Any] = {}
+        if v_logits is not None:
             raw = {"draft_raw": torch.stack(raws, 1), "target_raw": torch.softmax(v_logits.to(self.device).float(), -1)}
-        v = self.rule.verify(p, q, d, uniforms=u[:, m:], n_drafts=n_drafts, check=False, return_kl=True, **raw)
+        v = rule.verify(p, q, d, uniforms=u[:, m:], n_drafts=n_drafts, check=False, return_kl=True, **raw)
         # positions that saw a decision: up to the first rejection, within the draft
         pos = torch.arange(m, device=self.device)
         decided = (pos <= v.n_accepted.unsqueeze(-1)) & (pos < n_drafts.unsqueeze(-1))
@@ -333,10 +338,12 @@ class Engine:
         fits = (mass > 0).sum(-1) <= idx.shape[-1]
         ps, qs = p.gather(-1, idx).double(), q.gather(-1, idx).double()
         ps, qs = ps / ps.sum(-1, keepdim=True), qs / qs.sum(-1, keepdim=True)  # float32 sums are 1 ± 1e-7
+        rule = self.rule
+        assert rule is not None
         extra = {}
-        if self.rule.needs_raw and raw:
+        if rule.needs_raw and raw:
             extra = {"p_raw": raw["draft_raw"].gather(-1, idx), "q_raw": raw["target_raw"][:, :m].gather(-1, idx)}
-        law = self.rule.output_laws(ps, qs, **extra)
+        law = rule.output_laws(ps, qs, **extra)
         terms = torch.where(law > 0, law * (torch.log(law) - torch.log(qs)), torch.zeros_like(law))
         return terms.sum(-1).clamp(min=0), fits  # KL >= 0: round-off below zero is zero
 
@@ -357,6 +364,7 @@ class Engine:
         x = to_device([[r.committed[-1] if r is not None else 0] for r in slots], torch.long, self.vm.device)
         u = torch.stack([self._next_ar_uniform(r) for r in slots]).to(self.vm.device, non_blocking=True)
         _, _, token = self.vm.forward(x, max(lengths), 1, self.vocab, self.warp, u)
+        assert token is not None  # sampled: uniforms were given
         t_verify = clock.lap()
         tokens = token.tolist()  # the one sync per token
         t_rule = clock.lap()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -50,7 +51,7 @@ def graphs_compiled() -> int:
     return counters["stats"]["unique_graphs"]
 
 
-OVERWRITE = {"on": False, "pending": []}
+OVERWRITE: dict[str, Any] = {"on": False, "pending": []}
 
 
 @contextlib.contextmanager

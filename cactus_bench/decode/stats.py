@@ -81,7 +81,10 @@ class GenerationOutput:
         return {**c, **metrics.derive(c), "stop_reason": self.stop_reason, "graphs_compiled": self.graphs_compiled}
 
     def metric(self, name: str) -> float | None:
-        return metrics.METRICS.get(name).pooled(self.counters())
+        pooled = metrics.METRICS.get(name).pooled
+        if pooled is None:
+            raise ValueError(f"{name} is not a metric of one generation's counters")
+        return pooled(self.counters())
 
     @property
     def accepted_length(self) -> float | None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 NAMES = ["Tom", "Ana", "Li", "Sam", "Mia", "Raj", "Eva", "Ben", "Zoe", "Omar", "Ivy", "Kai", "Lea", "Noah"]
 ITEMS = ["apples", "books", "coins", "cards", "pens", "shells", "stamps", "marbles", "stickers", "cookies"]
@@ -81,7 +82,8 @@ class Writer:
 
     @classmethod
     def from_dict(cls, d: dict) -> Writer:
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+        fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+        return cls(**fields)
 
 
 GOLD = Writer()
@@ -144,6 +146,8 @@ RESULT = re.compile(r"(?:= | is )(\d)\d\.")  # a step's result; group 1 is its t
 def critical_digits(item: Item) -> list[tuple[int, str, str, str]]:
     """Per carry or borrow step of a gold answer: (character offset where the result's tens digit begins,
     its space included, the event, the right text there and the text a slip writes), e.g. " 6" / " 5"."""
+    if item.problem is None:
+        raise ValueError("critical digits need the item's problem (items from `generate` carry it)")
     out = []
     for match, event in zip(RESULT.finditer(item.answer), item.problem.events()):
         if event:

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+from transformers import PreTrainedModel
 
 from ..decode import speculative_generate
 from ..decode.warp import Warper
@@ -199,9 +200,10 @@ def build(out: Path, spec: dict = SPEC, log: Callable[[str], None] = print) -> d
     texts = (chat_text(i.question, i.answer) for i in train_items["verifier"][:5000])
     tok = train_tokenizer(texts, spec["tokenizer_vocab"])
     eos, pad = tok.convert_tokens_to_ids("<|im_end|>"), tok.pad_token_id
+    assert isinstance(eos, int)  # one token's id
     log(f"embedded pair: tokenizer ({len(tok)} tokens) ready ({time.perf_counter() - t0:.0f}s)")
     progress = Progress(sum(spec[r]["steps"] * spec[r]["layers"] * spec[r]["hidden"] for r in ROLES), log)
-    models = {}
+    models: dict[str, PreTrainedModel] = {}
     for role in ROLES:
         s = spec[role]
         items = train_items[role]

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 
 import torch
-from transformers import Qwen3Config
+from transformers import PreTrainedModel, Qwen3Config
 
 from ..models import qwen3_shape, random_lm
 
@@ -70,7 +70,7 @@ def train(
     seed: int,
     log: Callable[[str], None] = print,
     on_step: Callable[[], None] | None = None,
-) -> torch.nn.Module:
+) -> PreTrainedModel:
     """Train from a seeded init; deterministic for a given seed (single process, CPU)."""
     model = random_lm(config, seed).train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
@@ -80,6 +80,8 @@ def train(
     )
     g = torch.Generator().manual_seed(seed)
     pad = config.pad_token_id
+    if pad is None:
+        raise ValueError("the model config names no pad token (training pads batches with it)")
     start = time.perf_counter()
     for step in range(steps):
         idx = torch.randint(0, len(examples), (batch_size,), generator=g).tolist()
