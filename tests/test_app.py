@@ -565,7 +565,9 @@ def test_progress_off_a_terminal_is_a_line_per_tenth_of_the_items():
         def isatty(self):
             return True
 
-    assert not isinstance(progress(25, "sps arith", True, stream=Terminal()), LineProgress)
+    bar = progress(25, "sps arith", True, stream=Terminal())
+    assert not isinstance(bar, LineProgress)
+    assert bar.smoothing == 0  # time left from the average rate: a batched run's first burst misled the default
 
 
 def test_a_table_of_another_setting_is_named_and_titled_after_it(fixture_store, small_pair_dir, tmp_path):
@@ -622,3 +624,21 @@ def test_figures_of_several_settings_say_how_they_differ_and_stale_ones_go(fixtu
         "arith (small, m=3, temperature=0.6",
     }
     assert all(re.search(r"; n=\d+\)$", t) for t in titles), titles
+
+
+def test_the_tiny_pair_on_another_dataset_says_its_scores_mean_nothing(caplog, monkeypatch):
+    """The embedded pair only knows arith: its GSM8K replies are noise, said where a user looks (the run's
+    first lines, once per process), and not said on arith."""
+    import logging
+
+    from cactus_bench.app import config as config_mod
+
+    monkeypatch.setattr(config_mod, "_SAID", set())  # a fresh process
+    caplog.set_level(logging.INFO, "cactus_bench")
+    validate(cfg_of("pair=tiny", "data=gsm8k"))
+    assert "the embedded tiny pair knows only arith: its replies on gsm8k are noise" in caplog.text
+    caplog.clear()
+    validate(cfg_of("pair=tiny", "data=gsm8k", "method=sps"))  # another cell of a sweep: said once
+    assert "knows only arith" not in caplog.text
+    validate(cfg_of("pair=tiny", "data=arith"))
+    assert "knows only arith" not in caplog.text

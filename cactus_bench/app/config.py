@@ -123,6 +123,17 @@ def _check_tracking(t) -> None:
         )
 
 
+_SAID: set = set()
+
+
+def _once(key) -> bool:
+    """True the first time `key` is seen in this process (a sweep validates every cell: say a note once)."""
+    if key in _SAID:
+        return False
+    _SAID.add(key)
+    return True
+
+
 def _note_unused(cfg: DictConfig, method: Method) -> None:
     """Settings the method does not read are ignored, with one line saying so."""
     raw = OmegaConf.to_container(cfg.method.params, resolve=False) or {}
@@ -130,7 +141,7 @@ def _note_unused(cfg: DictConfig, method: Method) -> None:
         log.info("note: delta=%s is not used by method=%s (ignored)", cfg.delta, cfg.method.name)
     if not method.uses_drafter and cfg.m != RunConfig.m:
         log.info("note: m=%s is not used by method=%s (ignored)", cfg.m, cfg.method.name)
-    if str(cfg.pair.verifier).startswith("embedded:tiny/") and cfg.data.name != "arith":
+    if str(cfg.pair.verifier).startswith("embedded:tiny/") and cfg.data.name != "arith" and _once(cfg.data.name):
         log.info(
             "note: the embedded tiny pair knows only arith: its replies on %s are noise (it checks the pipeline "
             "end to end; scores mean nothing)",
