@@ -12,9 +12,9 @@ import time
 
 import torch
 
-from cactus_bench.bench.models import PAIRS
-from cactus_bench.bench.timing import spread, write_results
 from cactus_bench.decode import Engine, EngineOptions, Job, Warper
+from cactus_bench.perf.results import spread, write_results
+from cactus_bench.perf.shapes import PAIRS
 from cactus_bench.rules import build_rule
 
 ENGINES = {"eager": None, "fast": "inductor"}

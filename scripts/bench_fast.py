@@ -9,9 +9,9 @@ import time
 
 import torch
 
-from cactus_bench.bench.models import PAIRS
-from cactus_bench.bench.timing import write_results
 from cactus_bench.decode import autoregressive_generate, speculative_generate
+from cactus_bench.perf.results import write_results
+from cactus_bench.perf.shapes import PAIRS
 
 SAMPLING = {"temperature": 0.6, "top_k": 20, "top_p": 0.95}
 

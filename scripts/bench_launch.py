@@ -1,5 +1,5 @@
 """What a decode round costs the host, per engine: dispatched ops and host reads per round (see
-cactus_bench/bench/launch.py for why these predict GPU overhead), on the tiny pair and on random models
+cactus_bench/perf/launch.py for why these predict GPU overhead), on the tiny pair and on random models
 with Qwen3-0.6B's shape (verifier: the full 28 layers; drafter: 2 of them). Prints one line per engine and
 model: `engine=<name> model=<name> ops_per_round=<n> host_syncs_per_round=<k>`.
 
@@ -12,11 +12,11 @@ import argparse
 
 import torch
 
-from cactus_bench.bench.launch import per_round
-from cactus_bench.bench.models import PAIRS, SHAPES
-from cactus_bench.bench.timing import write_results
 from cactus_bench.decode import Engine, EngineOptions, Job
 from cactus_bench.models import random_lm
+from cactus_bench.perf.launch import per_round
+from cactus_bench.perf.results import write_results
+from cactus_bench.perf.shapes import PAIRS, SHAPES
 from cactus_bench.rules import RULES, build_rule
 
 ENGINES = {"eager": None, "fast": "inductor"}

@@ -8,7 +8,7 @@ from functools import partial
 
 import torch
 
-from cactus_bench.bench.timing import median_time, write_results
+from cactus_bench.perf.results import median_time, write_results
 from cactus_bench.rules import build_rule
 
 RULES = [

@@ -11,8 +11,8 @@ import random
 import statistics
 import time
 
-from cactus_bench.bench.timing import write_results
 from cactus_bench.benchmarks import filters
+from cactus_bench.perf.results import write_results
 from cactus_bench.score import scorer_for
 
 

@@ -20,9 +20,9 @@ from functools import partial
 import torch
 from transformers import GenerationConfig
 
-from cactus_bench.bench.models import PAIRS
-from cactus_bench.bench.timing import write_results
 from cactus_bench.decode import ForwardTimer, autoregressive_generate, speculative_generate
+from cactus_bench.perf.results import write_results
+from cactus_bench.perf.shapes import PAIRS
 
 
 class ForwardMeter:

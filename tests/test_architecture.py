@@ -257,7 +257,7 @@ LAYERS = (  # lowest first: a module imports only from its own layer and the one
     ("core", ("registry", "intervals", "metrics", "rules", "methods", "models", "decode", "utils", "embedded")),
     ("adapters", ("benchmarks",)),
     ("app", ("app", "lm_eval_cli", "__main__")),
-    ("reports and tools", ("report", "plan", "sweep", "score", "dashboard", "bench")),
+    ("reports and tools", ("report", "plan", "sweep", "score", "dashboard", "perf")),
 )
 
 
@@ -344,3 +344,59 @@ def test_the_type_checker_holds_a_backend_to_the_decoder_protocol():
     assert mypy(whole).returncode == 0, mypy(whole).stdout
     out = mypy(broken)
     assert out.returncode == 1 and 'Argument "load" to "Backend" has incompatible type' in out.stdout
+
+
+def test_defaults_live_once():
+    """Top-level defaults were written twice (the schema and config.yaml) and sampling's three times (the
+    schema, conf/sampling/paper.yaml, and the decoder's settings with defaults of their own)."""
+    import dataclasses
+
+    import yaml
+
+    from cactus_bench.app.schema import CONF_DIR, RunConfig, SamplingConfig
+    from cactus_bench.decode.api import DecodeSpec
+
+    config = yaml.safe_load((CONF_DIR / "config.yaml").read_text())
+    schema = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+    restated = [k for k, v in config.items() if k not in ("defaults", "hydra") and schema.get(k) == v]
+    assert restated == []
+    assert all(f.default == "???" for f in dataclasses.fields(SamplingConfig))  # the group file's values
+    with_defaults = [
+        f.name
+        for f in dataclasses.fields(DecodeSpec)
+        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+    ]
+    assert with_defaults == ["paired_timing", "options"]  # run-level switches, not decode values
+
+
+def test_a_run_computes_its_identity_once(small_pair_dir, tmp_path, monkeypatch):
+    """`RunIdentity.of(cfg)` was recomputed at least five times per run (store, log line, summary, references,
+    tracking); now the run computes it once and hands it down."""
+    from cactus_bench.app import run as run_mod
+    from cactus_bench.app.identity import RunIdentity
+
+    from .helpers.configs import cfg_of
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    cfg = cfg_of(
+        "pair=tiny",
+        "data=arith",
+        "method=sps",
+        "m=2",
+        "max_gen_toks=8",
+        "limit=2",
+        "progress=false",
+        "tracking=wandb",
+        results=tmp_path,
+        pair_dir=small_pair_dir,
+    )
+    calls = []
+    real = RunIdentity.of.__func__
+
+    def counted(cls, c):
+        calls.append(c is cfg)  # this run's config (stored runs read back are other configs)
+        return real(cls, c)
+
+    monkeypatch.setattr(RunIdentity, "of", classmethod(counted))
+    run_mod.run(cfg)
+    assert calls.count(True) == 1

@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from cactus_bench.bench.launch import per_round
 from cactus_bench.decode import Engine, EngineOptions, Job, graphs, memory
 from cactus_bench.decode import cache as cache_mod
+from cactus_bench.perf.launch import per_round
 from cactus_bench.rules import build_rule
 
 from .helpers.models import tiny_pair, tiny_qwen3
@@ -308,8 +308,8 @@ def test_the_memory_model_of_batch_size_auto_on_the_papers_pair(monkeypatch):
     allocates are the model's KV term exactly; the rows chosen fit 80 % of what is free with every term
     (caches, round tensors, CUDA graph pool, a prefill of all admitted rows); two runs sharing the GPU
     (slots_per_gpu=2) each plan for half."""
-    from cactus_bench.bench.models import SHAPES
     from cactus_bench.models import random_lm
+    from cactus_bench.perf.shapes import SHAPES
 
     def meta(shape):
         return random_lm("qwen3", 0, dtype=torch.bfloat16, device="meta", **shape, max_position_embeddings=40960)

@@ -89,19 +89,20 @@ def _run(cfg: DictConfig, method: Method | None) -> dict:
     bench = benchmark_or_everything_missing(cfg, method)  # data errors surface before models load
     if cfg.threads is not None and not str(cfg.pair.device).startswith("cuda"):
         torch.set_num_threads(cfg.threads)  # on a CPU (a GPU run's host threads barely matter)
-    store = RunStore.open(cfg)  # the run's (or shard's) lock first: a second writer is refused before any load
+    ident = RunIdentity.of(cfg)  # once: the store, the summary and tracking are handed it
+    store = RunStore.open(cfg, ident)  # the run's (or shard's) lock first: a second writer is refused before any load
     tracker = NullTracker()
     try:
         decoder = get_decoder(cfg, method)
         bench.prepare(decoder, f"{cfg.pair.name}-{method.tag}")
-        tracker = make_tracker(cfg, store.folder)
+        tracker = make_tracker(cfg, store.folder, ident)
         done = {s["index"]: s for s in store.samples()}
         items = bench.items(cfg.limit)
         mine = shard_items(items, store.shard)
         todo = [item for item in mine if bench.key(item) not in done]
         log.info(
             "run %s%s: %d items, %d already done, %d to go -> %s",
-            RunIdentity.of(cfg).key,
+            ident.key,
             f" shard {store.shard[0]}/{store.shard[1]}" if store.shard else "",
             len(mine),
             len(mine) - len(todo),
@@ -146,13 +147,13 @@ def _run(cfg: DictConfig, method: Method | None) -> dict:
         raise
 
 
-def relative_readings(cfg: DictConfig, samples: list[dict]) -> dict:
+def relative_readings(cfg: DictConfig, samples: list[dict], ident: RunIdentity) -> dict:
     """The run's relative metrics (Δ score, Rej, speedups) against this setting's stored reference runs, read
     as the tables read them (`metrics.read`: a withheld value is left out, a caveat kept). Stored in the run's
     summary as of when it was written; tables recompute them on the items every cell shares."""
     from .tracking import reference_samples
 
-    refs, out = reference_samples(cfg), {}
+    refs, out = reference_samples(cfg, ident), {}
     for m in metrics.METRICS.values():
         if m.relative is not None and refs.get(m.reference) is not None:
             reading = metrics.read(m, samples, refs)
@@ -208,9 +209,10 @@ def merge(cfg: DictConfig, method: Method, bench: Benchmark, store: RunStore, wa
         )
     have = {s["index"]: s for s in store.samples()}
     samples = [have[k] for k in wanted if k in have]
-    summary = summarise(cfg, method, samples, bench)
+    ident = store.identity or RunIdentity.of(cfg)
+    summary = summarise(cfg, method, samples, bench, ident)
     if method.uses_drafter:  # against this setting's stored reference runs, read as the tables read them
-        summary.update(relative_readings(cfg, samples))
+        summary.update(relative_readings(cfg, samples, ident))
     summary["better"] = metrics.directions(summary)  # self-describing: which way each metric is better
     missing = [pos for pos, k in enumerate(wanted) if k not in have]
     summary["complete"] = not missing
@@ -275,8 +277,7 @@ def _shown(value: float | None, fmt: str) -> str:
     return "–" if value is None else fmt.format(value)  # "–" as in the tables: no figure, not a zero
 
 
-def summarise(cfg: DictConfig, method: Method, samples: list[dict], bench: Benchmark) -> dict:
-    ident = RunIdentity.of(cfg)
+def summarise(cfg: DictConfig, method: Method, samples: list[dict], bench: Benchmark, ident: RunIdentity) -> dict:
     return {
         "run_key": ident.key,
         "pair": ident.pair_name,

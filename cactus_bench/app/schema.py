@@ -82,9 +82,11 @@ class DataConfig:
 
 @dataclass
 class SamplingConfig:
-    temperature: float = 0.6
-    top_k: int = 20
-    top_p: float = 0.95
+    """Types only: the values are the chosen conf/sampling/*.yaml's (paper: 0.6 / 20 / 0.95), stated once."""
+
+    temperature: float = MISSING
+    top_k: int = MISSING
+    top_p: float = MISSING
 
 
 @dataclass

@@ -202,9 +202,10 @@ def resolved_precision(cfg: DictConfig) -> dict:
 
 
 class RunStore:
-    def __init__(self, folder: Path, shard: tuple[int, int] | None = None):
+    def __init__(self, folder: Path, shard: tuple[int, int] | None = None, identity: RunIdentity | None = None):
         self.folder = Path(folder)
         self.shard = shard
+        self.identity = identity  # the run's, computed once by whoever opened it
         suffix = shard_suffix(shard)
         self.samples_path = self.folder / f"samples{suffix}.jsonl"
         self.timing_path = self.folder / f"timing{suffix}.jsonl"
@@ -212,9 +213,11 @@ class RunStore:
         self.lock = RunLock(self.folder / f".lock{suffix}")
 
     @classmethod
-    def open(cls, cfg: DictConfig) -> RunStore:
-        """Take the run's (or shard's) lock, then record the config and a manifest entry."""
-        store = cls(run_dir(cfg), parse_shard(cfg.get("shard")))
+    def open(cls, cfg: DictConfig, identity: RunIdentity | None = None) -> RunStore:
+        """Take the run's (or shard's) lock, then record the config and a manifest entry. `identity`: the
+        run's, when the caller computed it (a run computes it once and passes it down)."""
+        ident = identity or RunIdentity.of(cfg)
+        store = cls(ident.folder(cfg.paths.runs), parse_shard(cfg.get("shard")), ident)
         try:  # before any model loads: a folder that cannot be written fails now
             store.folder.mkdir(parents=True, exist_ok=True)
             store.lock.acquire()
@@ -228,7 +231,6 @@ class RunStore:
             if store._covers_more(cfg.limit):  # a finished run's config changes only to cover more items
                 store._write(store.folder / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
             now = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-            ident = RunIdentity.of(cfg)
             manifest.update(
                 identity=ident.as_dict(),
                 run_key=ident.key,

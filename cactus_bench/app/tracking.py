@@ -41,10 +41,10 @@ class NullTracker:
         pass
 
 
-def wandb_config(cfg: DictConfig) -> dict:
+def wandb_config(cfg: DictConfig, ident: RunIdentity | None = None) -> dict:
     """Method, its parameters (each a top-level key: `delta`, `epsilon`, ...), m, pair and data as config
     keys, so W&B's parallel coordinates and scatter panels work out of the box."""
-    ident = RunIdentity.of(cfg)
+    ident = ident or RunIdentity.of(cfg)
     flat = {
         "method": ident.method,
         **ident.params,
@@ -59,21 +59,20 @@ def wandb_config(cfg: DictConfig) -> dict:
     return {**flat, "params": ident.params, "config": OmegaConf.to_container(cfg, resolve=True)}
 
 
-def reference_samples(cfg: DictConfig) -> dict[str, list[dict] | None]:
+def reference_samples(cfg: DictConfig, ident: RunIdentity | None = None) -> dict[str, list[dict] | None]:
     """The samples of this setting's SpS and verifier-alone runs, when the store has them."""
     from .runs import stored_references
 
-    refs = stored_references(cfg.paths.runs, RunIdentity.of(cfg))
+    refs = stored_references(cfg.paths.runs, ident or RunIdentity.of(cfg))
     return {which: run.samples if run is not None else None for which, run in refs.items()}
 
 
 class WandbTracker(NullTracker):
-    def __init__(self, cfg: DictConfig, folder: Path):
+    def __init__(self, cfg: DictConfig, folder: Path, ident: RunIdentity):
         import wandb
 
         self.wandb = wandb
-        self.cfg = cfg
-        self.folder = folder
+        self.cfg, self.folder, self.ident = cfg, folder, ident
         self.primary = cfg.data.get("primary_metric")
         t = cfg.tracking
         shard = f"-shard{cfg.shard.replace('/', 'of')}" if cfg.get("shard") else ""
@@ -83,11 +82,11 @@ class WandbTracker(NullTracker):
             mode=t.mode,
             group=t.group or cfg.experiment_name,
             name=folder.name + shard,
-            id=RunIdentity.of(cfg).key + shard,
+            id=self.ident.key + shard,
             resume="allow",
             job_type=cfg.data.label,
             dir=str(folder),
-            config=wandb_config(cfg),
+            config=wandb_config(cfg, self.ident),
         )
 
     def log_sample(self, step: int, record: dict) -> None:
@@ -114,7 +113,7 @@ class WandbTracker(NullTracker):
             for key in summary_keys():
                 if summary.get(key) is not None:
                     self.run.summary[key] = summary[key]
-            refs = reference_samples(self.cfg)
+            refs = reference_samples(self.cfg, self.ident)
             for m in METRICS.values():
                 if m.relative is None and not m.timed:
                     continue
@@ -168,5 +167,5 @@ def accepted_length_figure(samples: list[dict], folder) -> dict:
     return {"accepted_length": path}
 
 
-def make_tracker(cfg: DictConfig, folder: Path):
-    return WandbTracker(cfg, folder) if cfg.tracking.backend == "wandb" else NullTracker()
+def make_tracker(cfg: DictConfig, folder: Path, ident: RunIdentity):
+    return WandbTracker(cfg, folder, ident) if cfg.tracking.backend == "wandb" else NullTracker()

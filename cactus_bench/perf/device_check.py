@@ -48,8 +48,8 @@ from ..rules import build_rule
 from ..utils import environment_info, write_text_atomic
 from .device_report import PAPER_AL, markdown
 from .launch import count_host_reads
-from .models import SHAPES, qwen3_of_shape
-from .timing import median_time, sync
+from .results import median_time, sync
+from .shapes import SHAPES, qwen3_of_shape
 
 PEAK_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "A100": 2.0e12}  # bytes/s, HBM
 WARP = Warper(0.6, 20, 0.95)
