@@ -347,11 +347,13 @@ def test_notebook_regenerates_the_figures_headless(fixture_store, monkeypatch, t
         execute()
 
 
-def test_gated_dataset_without_credentials_fails_before_models_load(monkeypatch):
+def test_gated_dataset_without_credentials_fails_before_models_load(monkeypatch, tmp_path):
+    from cactus_bench.app import offline
     from cactus_bench.benchmarks import data as data_mod
     from cactus_bench.benchmarks.data import DataError
 
     monkeypatch.delenv("CACTUS_BENCH_DATA", raising=False)
+    monkeypatch.setattr(offline, "LOCAL_DATA", tmp_path / "no-local-copy")  # else offline reads the local one
     monkeypatch.setattr(data_mod, "_hf_token", lambda: None)
     monkeypatch.setattr(run_mod, "get_decoder", refuse("loaded a model before the data check"))
     with pytest.raises(DataError, match="gated"):

@@ -334,7 +334,7 @@ def test_validation_errors_come_before_the_heavy_imports(tmp_path):
 def test_load_failures_are_one_paragraph_naming_the_key(tmp_path):
     env = {"HF_HUB_OFFLINE": "1", "CACTUS_BENCH_RESULTS": str(tmp_path)}
     text = one_paragraph(cli("pair.drafter=/nonexistent/drafter", "pair.verifier=nobody/missing-model", env=env))
-    assert "pair.drafter=/nonexistent/drafter is not a folder" in text
+    assert "pair.drafter=/nonexistent/drafter does not exist: point it at a model folder" in text
     assert "pair.verifier=nobody/missing-model is not in the local hub cache" in text  # both, before either loads
     debug = cli("--debug", "pair.drafter=/nonexistent/drafter", env=env)
     assert debug.returncode == 2 and "Traceback" in debug.stderr
