@@ -589,6 +589,7 @@ def test_a_table_of_another_setting_is_named_and_titled_after_it(fixture_store, 
     assert "(91.71)" in render_table(load_spec(ROOT / "sweeps" / "table1.yaml"), [], tmp_path)[0]  # control
 
 
+@pytest.mark.slow  # draws every figure of two settings: ~30 s
 def test_figures_of_several_settings_say_how_they_differ_and_stale_ones_go(fixture_store, tmp_path, monkeypatch):
     """Figures of two settings shared a title and differed by a hash suffix, without n; a figure whose runs
     are gone stayed beside the new ones."""

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,6 +30,7 @@ def _run(args: list[str], env: dict) -> subprocess.CompletedProcess:
     return out
 
 
+@pytest.mark.slow  # three runs and a table in two fresh processes: ~30 s
 def test_a_backend_rule_and_metric_from_an_installed_package_run_the_whole_app(tmp_path):
     env = os.environ | {
         "PYTHONPATH": f"{PLUGIN}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",

@@ -33,7 +33,7 @@ def test_the_device_check_fits_its_window_section_by_section(tmp_path, monkeypat
     that ran as soon as it ended; the cost model is saved right after the rounds."""
     import torch
 
-    from cactus_bench.bench import device_check as dc
+    from cactus_bench.perf import device_check as dc
 
     torch.set_num_threads(1)
     snapshots = []
