@@ -40,7 +40,7 @@ install: $(PY)  ## Create .venv and install (CPU torch first, pinned, so pip nev
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e ".[app,dev]" -c constraints.txt
 
-test:  ## Run the default test suite (offline, about 6 minutes on 2 cores)
+test:  ## Run the default test suite (offline, about 14 minutes on 2 cores)
 	$(OFFLINE_ENV) $(PY) -m pytest -q -m "not slow and not real and not cluster"
 
 test-slow:  ## Run the slow end-to-end tests (CI runs them after `make test`)

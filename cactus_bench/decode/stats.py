@@ -28,12 +28,14 @@ class Rounds:
 
     def add(self, **row) -> None:
         """One round: every column at once (a column left out would leave the others ragged)."""
-        columns = [f.name for f in fields(self)]
-        if sorted(row) != sorted(columns):
-            missing, unknown = sorted(set(columns) - set(row)), sorted(set(row) - set(columns))
+        if row.keys() != COLUMNS:
+            missing, unknown = sorted(COLUMNS - row.keys()), sorted(row.keys() - COLUMNS)
             raise ValueError(f"Rounds.add needs every column: missing {missing}, unknown {unknown}")
         for k, v in row.items():
             getattr(self, k).append(v)
+
+
+COLUMNS = frozenset(f.name for f in fields(Rounds))  # checked once per round: a set compare, no reflection
 
 
 @dataclass
