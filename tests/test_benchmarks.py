@@ -356,3 +356,60 @@ def test_replies_keep_special_tokens_but_not_the_final_eos(small_pair_dir):
     cut = GenerationOutput([*ids, eos, *ids], Rounds(), 0.0, 0.0, "length")
     assert reply_text(tok, ended) == tok.decode(ids) + "<|im_start|>" + tok.decode(ids)
     assert "<|im_end|>" in reply_text(tok, cut)  # only a final EOS that ended the reply is left out
+
+
+def test_a_new_dataset_is_a_loader_a_task_yaml_and_its_conf_data(small_pair_dir, tmp_path, monkeypatch):
+    """README's "Extending" count for a dataset scored by lm-eval (3 files), checked by adding a throw-away
+    one: a registered loader, a task YAML beside the project's, and its conf/data entry (here as the same
+    keys on the command line); a run decodes and scores it like any other dataset."""
+    import shutil
+
+    import datasets
+
+    from cactus_bench.app import run as run_mod
+    from cactus_bench.benchmarks import scoring
+    from cactus_bench.benchmarks.data import LOADERS
+
+    from .helpers.configs import cfg_of
+
+    tasks = tmp_path / "tasks"
+    shutil.copytree(scoring.TASKS_DIR, tasks)
+    (tasks / "cactus_squares.yaml").write_text(  # file 2: the task
+        "include: cactus_arith.yaml\ntask: cactus_squares\ndataset_kwargs: {dataset: squares}\n"
+    )
+    monkeypatch.setattr(scoring, "TASKS_DIR", tasks)
+    with LOADERS.scoped():
+
+        @LOADERS.register("squares")  # file 1: the loader
+        def load_squares(root=None, **_):
+            rows = [
+                {"question": f"What is {n} squared?", "answer": f"{n} * {n} = {n * n}\n#### {n * n}", "id": n}
+                for n in range(1, 9)
+            ]
+            return datasets.DatasetDict(
+                {"train": datasets.Dataset.from_list(rows[:4]), "test": datasets.Dataset.from_list(rows[4:])}
+            )
+
+        conf_data = [
+            "data=arith",
+            "data.name=squares",
+            "data.label=squares",
+            "data.task=cactus_squares",
+            "data.items=4",
+            "data.typical_new_tokens=10",
+            "data.typical_prompt_tokens=20",
+        ]  # file 3
+        summary = run_mod.run(
+            cfg_of(
+                *conf_data,
+                "pair=tiny",
+                "method=sps",
+                "m=2",
+                "max_gen_toks=8",
+                "limit=3",
+                "progress=false",
+                results=tmp_path / "runs",
+                pair_dir=small_pair_dir,
+            )
+        )
+    assert summary["samples"] == 3 and summary["data"] == "squares" and summary["score"] is not None
