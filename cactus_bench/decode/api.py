@@ -10,9 +10,9 @@ Every request's random stream is seeded from the run seed and the request's key 
 item's tokens do not depend on the order, the sharding or the resume of a run, and two methods decode
 an item from the same random numbers.
 
-A new backend is one module registering a `Backend` (`@BACKENDS.register("name")` on a function returning
-it, or `BACKENDS.add`): in `decode/backends/`, or in any installed package that names the module in its
-`cactus_bench.backends` entry points. `engine.backend=<name>` selects it.
+A new backend is one module calling `BACKENDS.add("name", Backend(...))` (registration checks it is a
+`Backend` with engines and priced GPU engines): in `decode/backends/`, or in any installed package that names
+the module in its `cactus_bench.backends` entry points. `engine.backend=<name>` selects it.
 """
 
 from __future__ import annotations
