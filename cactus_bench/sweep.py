@@ -67,6 +67,9 @@ def launch(spec: dict, todo: list, extra: list[str], shards: int, multirun: Path
     launcher = next((o.split("=", 1)[1] for o in extra if o.startswith("hydra/launcher=")), None)
     cmd = [sys.executable, "-m", "cactus_bench", "-m", f"hydra.searchpath=[file://{folder}]"]
     cmd.append(f"hydra.sweep.dir={folder / 'jobs'}")
+    gpus = gpus_per_job([cfg for _, cfg, _ in todo])
+    if launcher == "slurm" and gpus > 1 and not any(o.startswith("hydra.launcher.gpus_per_node=") for o in extra):
+        cmd.append(f"hydra.launcher.gpus_per_node={gpus}")  # a verifier sharded over several GPUs
     if slots > 1 and launcher == "slurm":  # k runs to a job: its k tasks share the job's GPU
         run_args = [o for o in extra if not o.startswith("hydra")]
         packs = [runs[j : j + slots] for j in range(0, len(runs), slots)]
@@ -83,6 +86,11 @@ def launch(spec: dict, todo: list, extra: list[str], shards: int, multirun: Path
     if slots > 1 and launcher == "local_gpus":  # k workers per GPU (each claims a slot: __main__)
         cmd.append(f"hydra.launcher.n_jobs={int(os.environ.get('CACTUS_BENCH_GPUS', '1')) * slots}")
     _multirun([*cmd, *extra], slots)
+
+
+def gpus_per_job(cfgs: list[DictConfig]) -> int:
+    """The GPUs a job asks for: the most any run shards its verifier over (pair.tensor_parallel_size)."""
+    return max((int(c.pair.get("tensor_parallel_size", 1)) for c in cfgs), default=1)
 
 
 def write_config(path: Path, node: dict) -> None:

@@ -117,4 +117,5 @@ def test_a_backend_rule_and_metric_from_an_installed_package_run_the_whole_app(t
         capture_output=True,
         text=True,
     )
-    assert out.returncode != 0 and "engine.backend='canned' is not valid: choose one of hf" in out.stdout + out.stderr
+    said = out.stdout + out.stderr
+    assert out.returncode != 0 and "engine.backend='canned' is not valid: choose one of hf, vllm" in said

@@ -97,6 +97,11 @@ def test_plan_prints_a_costed_table_for_table1():
     forced = main(["sweeps/table1.yaml", "engine=eager", "gpu=h200"])  # a spec or override naming eager is costed so
     assert "| eager " in next(line for line in forced.splitlines() if line.startswith("| gsm8k"))
     assert main(["sweeps/table1.yaml", "shards=8", "slots_per_gpu=2", "gpu=h200"]).count("(4 GPU(s))") == 1
+    # the vllm backend is priced by its own engines, each job paying its engine's start-up
+    vllm = main(["sweeps/table1.yaml", "engine=vllm", "gpu=h200"])
+    header = next(line for line in vllm.splitlines() if line.startswith("| data"))
+    assert "compiled B=1 GPU h" in header and "start-up h" in header and "start-up h" not in text
+    assert "| compiled " in next(line for line in vllm.splitlines() if line.startswith("| gsm8k"))
 
 
 def test_the_plan_reads_dataset_facts_from_conf_data_and_refuses_a_dataset_without_them():

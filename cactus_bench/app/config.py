@@ -199,6 +199,16 @@ def validate(cfg: DictConfig) -> Method:
     if cfg.tracking.backend not in TRACKERS:
         bad("tracking.backend", cfg.tracking.backend, f"choose one of {', '.join(TRACKERS)}")
     _check_engine(cfg.engine)
+    tp = cfg.pair.get("tensor_parallel_size", 1)
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        bad("pair.tensor_parallel_size", tp, "a positive number of GPUs")
+    if tp > 1 and not backend(cfg.engine.backend).tensor_parallel:
+        bad(
+            "pair.tensor_parallel_size",
+            tp,
+            f"engine.backend={cfg.engine.backend} does not shard a model: use engine=vllm, or spread the verifier "
+            "with pair.verifier_device_map=auto",
+        )
     parse_shard(cfg.shard)
     try:
         method = method_of(cfg)
@@ -239,12 +249,23 @@ def _check_engine(engine) -> None:
     names = backend_names()
     if engine.backend not in names:
         raise ConfigError(f"engine.backend={engine.backend!r} is not valid: choose one of {', '.join(names)}")
-    engines = backend(engine.backend).engines
-    if engine.name not in engines:
+    b = backend(engine.backend)
+    if engine.name not in b.engines:
         raise ConfigError(
             f"engine.name={engine.name!r} is not valid for engine.backend={engine.backend}: choose one of "
-            f"{', '.join(engines)}"
+            f"{', '.join(b.engines)}"
         )
+    settings = OmegaConf.to_container(engine.settings, resolve=True) if engine.get("settings") else {}
+    if settings and b.check_settings is None:
+        raise ConfigError(f"engine.settings: engine.backend={engine.backend} has no settings; got {sorted(settings)}")
+    if b.check_settings is not None:
+        try:
+            b.check_settings(settings)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+    why = b.unavailable() if b.unavailable is not None else None
+    if why:
+        raise ConfigError(why)
 
 
 def decode_spec(cfg: DictConfig, method: Method) -> DecodeSpec:
@@ -257,6 +278,7 @@ def decode_spec(cfg: DictConfig, method: Method) -> DecodeSpec:
         add_bos_token=cfg.pair.add_bos_token,
         backend=cfg.engine.backend,
         engine=cfg.engine.name,
+        settings=OmegaConf.to_container(cfg.engine.settings, resolve=True) if cfg.engine.get("settings") else {},
         batch_size=cfg.batch_size,
         paired_timing=cfg.paired_timing,
     )
@@ -278,6 +300,7 @@ def model_spec(cfg: DictConfig, method: Method, resolve=lambda name: name) -> Mo
         device=p.device,
         verifier_device_map=device_map,
         revision=p.revision,
+        tensor_parallel_size=p.get("tensor_parallel_size", 1),
     )
 
 

@@ -4,7 +4,7 @@ The store names a run's folder by it (so a re-run resumes), tables and figures f
 it, a sweep writes each cell as the same run, and tracking finds a run's reference runs by it. It holds
 everything that changes the law of a sample's tokens: the models (the drafter only where the method uses
 one), method and parameters, m (only with a drafter), data and subset, seed, sampling and token budget.
-How the run is executed (engine, batch size, threads, paired timing, limit, shard) is not part of it: a
+How the run is executed (the hf engine, batch size, threads, paired timing, limit, shard) is not part of it: a
 run may be resumed any of those ways, and its manifest records which.
 """
 
@@ -18,11 +18,13 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from ..decode.api import backend
 from ..methods import BASELINE, Method
 from .config import pair_label
 
 # the method of each reference run relative metrics compare with (metrics.REFERENCES): SpS, the verifier alone
 REFERENCE_METHODS = {"sps": "sps", "baseline": BASELINE}
+DEFAULT_BACKEND = "hf"
 
 
 def _hash(value: Any, n: int) -> str:
@@ -41,6 +43,9 @@ class RunIdentity:
     seed: int
     sampling: dict
     max_gen_toks: int
+    # a backend whose tokens follow another law or stream than the transformers engine's (vllm), with its
+    # settings that change the law; None: the default backend (left out of the key, so its keys never change)
+    engine: dict | None = None
     # where the run is filed (names, not identity); the verifier alone is filed under its own pair name
     pair_name: str = field(default="", compare=False)
     data_label: str = field(default="", compare=False)
@@ -68,6 +73,7 @@ class RunIdentity:
             seed=cfg.seed,
             sampling=OmegaConf.to_container(cfg.sampling, resolve=True),
             max_gen_toks=cfg.max_gen_toks,
+            engine=engine_identity(cfg.get("engine")),
             pair_name=pair_label(p, method.uses_drafter),
             data_label=cfg.data.get("label") or cfg.data.name,
             baseline_pair_name=pair_label(p, False),
@@ -76,6 +82,8 @@ class RunIdentity:
     def as_dict(self) -> dict:
         out = asdict(self)
         del out["pair_name"], out["data_label"], out["baseline_pair_name"]
+        if out["engine"] is None:
+            del out["engine"]
         return out
 
     @property
@@ -114,3 +122,13 @@ class RunIdentity:
     def folder(self, runs: str | Path) -> Path:
         """`<runs>/<data label>/<pair>/<method tag>_m<m>_s<seed>_<key>`."""
         return Path(runs) / self.data_label / self.pair_name / self.folder_name
+
+
+def engine_identity(engine) -> dict | None:
+    """The engine part of an identity: None for the default backend (hf: eager and fast decode the same
+    tokens), else the backend and its law-changing settings (their defaults filled in from conf/engine)."""
+    if engine is None or engine.get("backend", DEFAULT_BACKEND) == DEFAULT_BACKEND:
+        return None
+    b = backend(engine.backend)
+    settings = OmegaConf.to_container(engine.settings, resolve=True) if engine.get("settings") else {}
+    return {"backend": engine.backend, **{k: settings.get(k) for k in b.law_settings}}

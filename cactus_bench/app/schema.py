@@ -52,6 +52,7 @@ class PairConfig:
     verifier_device_map: Any = None
     revision: str | None = None
     add_bos_token: bool = False  # prepend BOS to every prompt (lm-eval does for Gemma)
+    tensor_parallel_size: int = 1  # GPUs the verifier is sharded over (engine=vllm; a SLURM job asks for as many)
 
 
 @dataclass
@@ -101,7 +102,8 @@ class TrackingConfig:
 @dataclass
 class EngineConfig:
     backend: str = "hf"  # a registered decode backend (decode.api.DECODERS)
-    name: str = "auto"  # the backend's engine (hf: eager | fast | auto)
+    name: str = "auto"  # the backend's engine (hf: eager | fast | auto; vllm: eager | compiled | auto)
+    settings: dict[str, Any] = field(default_factory=dict)  # the backend's own (conf/engine/<backend>.yaml)
 
 
 @dataclass

@@ -79,6 +79,7 @@ class ModelSpec:
     device: str
     verifier_device_map: str | dict | None
     revision: str | None
+    tensor_parallel_size: int = 1  # GPUs the verifier is spread over by a backend that shards (vllm)
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,7 @@ class DecodeSpec:
     engine: str  # the backend's engine option (hf: eager | fast | auto)
     batch_size: int | str  # requests decoded at once; auto: as many as fit the device's memory
     paired_timing: bool = False  # also decode each request with the verifier alone, back to back
+    settings: dict = field(default_factory=dict)  # the backend's own settings (conf/engine: engine.* but backend, name)
     options: dict = field(default_factory=dict, compare=False)  # backend extras for benchmarks (a forward timer)
 
     def verifier_alone(self) -> DecodeSpec:
@@ -119,6 +121,15 @@ class Backend:
     # what of these models is not here, each with its fix, before anything loads (a run offline names every
     # missing model and dataset at once); None: the backend cannot tell before loading
     missing: Callable[[ModelSpec], list[str]] | None = None
+    # why the backend cannot run on this machine (its engine package is not installed: what to install), as
+    # one paragraph, checked with the config before anything loads; None: it can
+    unavailable: Callable[[], str | None] | None = None
+    startup_s: dict[str, float] = field(default_factory=dict)  # plan's cost model: seconds to start an engine
+    # the backend's settings (`engine.settings.*`) that change the law of a sample's tokens: part of a run's
+    # identity; and a check of all its settings, raising a ValueError that names the key (None: it has none)
+    law_settings: tuple[str, ...] = ()
+    tensor_parallel: bool = False  # it can shard a verifier over pair.tensor_parallel_size GPUs
+    check_settings: Callable[[dict], None] | None = None
 
 
 def _check_backend(name: str, backend: Backend) -> None:

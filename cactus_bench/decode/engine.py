@@ -107,8 +107,7 @@ class Engine:
         self.vocab = vocab or min(sizes)  # the verifier alone must sample the same vocabulary as a pair
         self.device = device_of(verifier)
         self.eos_ids = torch.tensor(sorted(self.eos), dtype=torch.long, device=self.device)
-        # tokens gathered per position for the output KL: the union of two top-k supports (and their ties)
-        self.support = 2 if self.warp.greedy else (2 * self.warp.top_k + 16 if self.warp.top_k else None)
+        self.support = support_for(self.warp.top_k, self.warp.greedy)
         self.on_round: Callable[[Engine, list[Row | None]], None] | None = None  # after each round (tests)
         self._warm: set[tuple[int, int]] = set()  # (rows, key bucket) whose graphs are compiled
 
@@ -281,7 +280,7 @@ class Engine:
         decided = (pos <= v.n_accepted.unsqueeze(-1)) & (pos < n_drafts.unsqueeze(-1))
         zeros = torch.zeros(len(slots), dtype=torch.float64, device=self.device)
         kl_sum = (v.kl * decided).sum(-1).double() if v.kl is not None else zeros
-        out_kl, fits = self._output_kl(p, q[:, :m], raw)
+        out_kl, fits = output_kl(rule, p, q[:, :m], self.support, raw)
         counted = decided & fits
         out_sums = [(out_kl * counted).sum(-1), counted.sum(-1).double(), (decided & ~fits).sum(-1).double()]
         counts = torch.stack([v.n_accepted, v.n_accepted_any, n_drafts], 1).double()
@@ -321,31 +320,6 @@ class Engine:
         for row in live:
             row.rounds.t_other[-1] = other
         return finished
-
-    def _output_kl(self, p: Tensor, q: Tensor, raw: dict) -> tuple[Tensor, Tensor]:
-        """KL(P_out ‖ q) at each position [B, m], where P_out is the rule's exact output law of the position
-        (the drafted token marginalised out: methods.md §2), computed on the union of the warped supports
-        of p and q; and whether that union fit the `support` tokens gathered (top-k keeps at most k tokens
-        each, ties aside). Where it did not, or when sampling has no top-k (supports up to V), the position
-        is counted as skipped rather than estimated."""
-        B, m, V = p.shape
-        if self.support is None:
-            return torch.zeros(B, m, dtype=torch.float64, device=p.device), torch.zeros(
-                B, m, dtype=torch.bool, device=p.device
-            )
-        mass = p + q
-        idx = torch.topk(mass, min(self.support, V), dim=-1).indices
-        fits = (mass > 0).sum(-1) <= idx.shape[-1]
-        ps, qs = p.gather(-1, idx).double(), q.gather(-1, idx).double()
-        ps, qs = ps / ps.sum(-1, keepdim=True), qs / qs.sum(-1, keepdim=True)  # float32 sums are 1 ± 1e-7
-        rule = self.rule
-        assert rule is not None
-        extra = {}
-        if rule.needs_raw and raw:
-            extra = {"p_raw": raw["draft_raw"].gather(-1, idx), "q_raw": raw["target_raw"][:, :m].gather(-1, idx)}
-        law = rule.output_laws(ps, qs, **extra)
-        terms = torch.where(law > 0, law * (torch.log(law) - torch.log(qs)), torch.zeros_like(law))
-        return terms.sum(-1).clamp(min=0), fits  # KL >= 0: round-off below zero is zero
 
     def _first_eos(self, d: Tensor) -> Tensor:
         """Each row's first EOS draft index (m when there is none)."""
@@ -414,6 +388,38 @@ class Engine:
             [torch.rand(n, generator=r.job.generator, dtype=torch.float64) if r is not None else zeros for r in slots]
         )
         return host.pin_memory().to(self.device, non_blocking=True) if self.device.type == "cuda" else host
+
+
+def support_for(top_k: int, greedy: bool) -> int | None:
+    """Tokens gathered per position for the output KL: the union of two top-k supports and their ties
+    (None: no top-k, supports up to V, and the output KL is not computed)."""
+    return 2 if greedy else (2 * top_k + 16 if top_k else None)
+
+
+def output_kl(rule: Rule, p: Tensor, q: Tensor, support: int | None, raw: dict | None = None) -> tuple[Tensor, Tensor]:
+    """KL(P_out ‖ q) at each position [..., ] of p, q [..., V], where P_out is the rule's exact output law of
+    the position (the drafted token marginalised out: methods.md §2), computed on the union of the warped
+    supports of p and q; and whether that union fit the `support` tokens gathered (top-k keeps at most k
+    tokens each, ties aside). Where it did not, or when sampling has no top-k (supports up to V), the
+    position is counted as skipped rather than estimated. `raw`: the engine's raw probabilities (draft_raw
+    [..., V], target_raw [..., m+1, V]) for rules that read them."""
+    V = p.shape[-1]
+    if support is None:
+        return torch.zeros(p.shape[:-1], dtype=torch.float64, device=p.device), torch.zeros(
+            p.shape[:-1], dtype=torch.bool, device=p.device
+        )
+    mass = p + q
+    idx = torch.topk(mass, min(support, V), dim=-1).indices
+    fits = (mass > 0).sum(-1) <= idx.shape[-1]
+    ps, qs = p.gather(-1, idx).double(), q.gather(-1, idx).double()
+    ps, qs = ps / ps.sum(-1, keepdim=True), qs / qs.sum(-1, keepdim=True)  # float32 sums are 1 ± 1e-7
+    extra = {}
+    if rule.needs_raw and raw:
+        m = p.shape[-2]
+        extra = {"p_raw": raw["draft_raw"].gather(-1, idx), "q_raw": raw["target_raw"][..., :m, :].gather(-1, idx)}
+    law = rule.output_laws(ps, qs, **extra)
+    terms = torch.where(law > 0, law * (torch.log(law) - torch.log(qs)), torch.zeros_like(law))
+    return terms.sum(-1).clamp(min=0), fits  # KL >= 0: round-off below zero is zero
 
 
 def _commit(tokens: list[int], eos: set[int], budget: int) -> tuple[list[int], str | None]:
