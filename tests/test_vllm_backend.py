@@ -62,15 +62,15 @@ def test_the_engine_is_part_of_a_runs_identity_only_where_it_changes_the_tokens(
     assert vllm.reference("baseline").engine == vllm.engine
 
 
-def round_(before, drafted, accepted, accepted_any, kl=0.1):
-    return [before, drafted, accepted, accepted_any, kl, accepted + 1, 0.2, accepted + 1, 0, 0.001]
+def round_(before, drafted, accepted, passes, kl=0.1):
+    return [before, drafted, accepted, sum(passes), kl, accepted + 1, 0.2, accepted + 1, 0, 0.001, passes]
 
 
 def test_rounds_are_rebuilt_from_the_drafting_steps():
     """The prefill's token and steps without drafts are verifier calls that emit one token each, found in
     the gaps between recorded rounds; a generation that stops inside its last round cuts it there."""
-    recorded = [round_(1, 4, 2, 3), round_(4, 4, 4, 4), round_(10, 4, 0, 1)]
-    r = build_rounds(recorded, 12, wall=2.0)
+    recorded = [round_(1, 4, 2, [1, 1, 0, 1]), round_(4, 4, 4, [1, 1, 1, 1]), round_(10, 4, 0, [0, 1, 0, 0])]
+    r = build_rounds(recorded, 12, wall=2.0, length_stop=False)
     # prefill (1 token), round at 1 (3 tokens), round at 4 (5), a step without drafts at 9, round at 10 (1),
     # then one more token from a step without drafts
     assert r.drafted == [0, 4, 4, 0, 4, 0]
@@ -78,11 +78,22 @@ def test_rounds_are_rebuilt_from_the_drafting_steps():
     assert r.accepted == [0, 2, 4, 0, 0, 0] and r.accepted_any == [0, 3, 4, 0, 1, 0]
     assert r.t_other[-1] == pytest.approx(2.0 - 3 * 0.001) and r.kl_count == [0, 3, 5, 0, 1, 0]
 
-    cut = build_rounds([round_(1, 4, 4, 4)], 3, wall=1.0)  # stopped after 2 of its 5 tokens (EOS, budget)
-    assert cut.emitted == [1, 2] and cut.accepted == [0, 2]
+    eos = build_rounds([round_(1, 4, 4, [1, 1, 1, 1])], 3, wall=1.0, length_stop=False)  # EOS as its 2nd token
+    assert eos.emitted == [1, 2] and eos.accepted == [0, 2] and eos.drafted == [0, 4]
 
-    no_kl = build_rounds([[1, 4, 1, 1, 0.0, NAN, 0.0, 0, 0, 0.0]], 3, wall=1.0)
+    no_kl = build_rounds([[1, 4, 1, 1, 0.0, NAN, 0.0, 0, 0, 0.0, [1, 0, 0, 0]]], 3, wall=1.0, length_stop=False)
     assert no_kl.kl_count == [0, 0]  # a target-free rule: no target KL counted
+
+
+def test_at_the_token_budget_only_the_drafts_it_left_room_for_count():
+    """vLLM drafts m whatever is left; our engine drafts at most the tokens left but one. With 2 tokens of
+    budget left, a round that drafted 4 (passing 1, 1, 0, 1) counts 1 draft, accepted, and emits 2 tokens, as
+    our engine's round would."""
+    r = build_rounds([round_(1, 4, 2, [1, 1, 0, 1]), round_(4, 4, 2, [1, 1, 0, 1])], 6, wall=1.0, length_stop=True)
+    assert r.drafted == [0, 4, 1] and r.accepted == [0, 2, 1] and r.accepted_any == [0, 3, 1]
+    assert r.emitted == [1, 3, 2]
+    last = build_rounds([round_(1, 4, 0, [0, 1, 1, 0])], 2, wall=1.0, length_stop=True)  # one token left
+    assert last.drafted == [0, 0] and last.accepted == [0, 0] and last.accepted_any == [0, 0]
 
 
 def test_a_slurm_job_asks_for_the_gpus_its_verifier_is_sharded_over():

@@ -39,7 +39,7 @@ def check_settings(settings: dict) -> None:
         raise ValueError(
             f"engine.settings.{unknown[0]} is not a vllm setting: choose from {', '.join(sorted(SETTINGS))}"
         )
-    if settings.get("drafter_warp", "verifier") not in DRAFTER_WARPS:
+    if settings.get("drafter_warp") not in DRAFTER_WARPS:  # its default is conf/engine/vllm.yaml's
         raise ValueError(
             f"engine.settings.drafter_warp={settings['drafter_warp']!r} is not valid: verifier (p warped like q: "
             "temperature, top-k, top-p, as the authors' vLLM 0.7.3) or temperature (vLLM 0.32's own drafter)"

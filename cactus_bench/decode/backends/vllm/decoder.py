@@ -21,8 +21,9 @@ from ..hf import cut_at_stop, reply_text
 from . import plugin
 
 log = logging.getLogger("cactus_bench")
-# the engines in memory, one per kind (speculative, verifier alone: a paired run times both): kind -> (key, LLM)
-_ENGINES: dict[bool, tuple[tuple, object]] = {}
+# the engines in memory, one per kind (speculative, verifier alone: a paired run times both):
+# kind -> (key, LLM, its maximum number of sequences)
+_ENGINES: dict[bool, tuple[tuple, object, int]] = {}
 
 
 def _environment(tensor_parallel: int) -> None:
@@ -46,10 +47,11 @@ def engine(models: ModelSpec, spec: DecodeSpec, drafter: str | None):
     m = spec.method.m if drafter else 0
     dtype = models.verifier_dtype or models.dtype
     kv = s.get("kv_cache_gib")
-    key = (models.verifier, drafter, dtype, name, m, models.tensor_parallel_size, kv, spec.batch_size)
+    rows = 256 if spec.batch_size == "auto" else int(spec.batch_size)  # auto: vLLM's scheduler fills memory
+    key = (models.verifier, drafter, dtype, name, m, models.tensor_parallel_size, kv, s.get("max_model_len"))
     kind = drafter is not None
-    if kind in _ENGINES and _ENGINES[kind][0] == key:
-        return _ENGINES[kind][1]
+    if kind in _ENGINES and _ENGINES[kind][0] == key and _ENGINES[kind][2] >= rows:
+        return _ENGINES[kind][1]  # a timing sample at batch size 1 reuses the batched run's engine
     _environment(models.tensor_parallel_size)
     from vllm import LLM
 
@@ -61,13 +63,11 @@ def engine(models: ModelSpec, spec: DecodeSpec, drafter: str | None):
         "seed": spec.seed,
         "enforce_eager": name == "eager",
         "max_model_len": s.get("max_model_len") or 4096 + spec.max_new_tokens + m + 1,
-        "max_num_seqs": 1 if spec.batch_size == "auto" else int(spec.batch_size),
+        "max_num_seqs": rows,
         "tensor_parallel_size": models.tensor_parallel_size,
         "async_scheduling": False,  # rounds are read at each step: the engine must not run a step ahead
         "disable_log_stats": True,
     }
-    if spec.batch_size == "auto":
-        options["max_num_seqs"] = 256  # vLLM's scheduler fills memory itself
     if kv is not None:
         options["kv_cache_memory_bytes"] = int(kv * 2**30)
     if drafter:
@@ -97,7 +97,7 @@ def engine(models: ModelSpec, spec: DecodeSpec, drafter: str | None):
         time.perf_counter() - start,
         "speculative" if drafter else "verifier alone",
     )
-    _ENGINES[kind] = (key, llm)
+    _ENGINES[kind] = (key, llm, rows)
     return llm
 
 
@@ -134,7 +134,7 @@ class VLLMDecoder:
         s, method = self.spec, self.spec.method
         extra = None
         if method.uses_drafter:
-            extra = plugin.request_settings(method.name, method.params, s.settings.get("drafter_warp", "verifier"), tag)
+            extra = plugin.request_settings(method.name, method.params, s.settings["drafter_warp"], tag)
         return SamplingParams(
             temperature=s.temperature,
             top_k=s.top_k,
@@ -149,8 +149,7 @@ class VLLMDecoder:
     def generate(self, requests: Sequence[Request]) -> Iterator[Generation]:
         from vllm.inputs import TokensPrompt
 
-        rows = 1 if self.spec.batch_size == "auto" else int(self.spec.batch_size)
-        step = len(requests) if self.spec.batch_size == "auto" else rows
+        step = len(requests) if self.spec.batch_size == "auto" else int(self.spec.batch_size)  # at once
         for i in range(0, len(requests), step):
             chunk = requests[i : i + step]
             tags = [f"{uuid.uuid4().hex}-{j}" for j in range(len(chunk))]
@@ -168,7 +167,7 @@ class VLLMDecoder:
                 reason = _stop_reason(completion, tokens, self.eos)
                 output = GenerationOutput(
                     tokens,
-                    build_rounds(rounds.get(tag, []), len(tokens), wall),
+                    build_rounds(rounds.get(tag, []), len(tokens), wall, reason == "length"),
                     0.0,
                     wall,
                     reason,
@@ -189,10 +188,12 @@ def _stop_reason(completion, tokens: list[int], eos: set[int]) -> str:
     return "eos" if tokens and tokens[-1] in eos and completion.stop_reason is None else "stop"
 
 
-def build_rounds(recorded: list[list[float]], n_tokens: int, wall: float) -> Rounds:
-    """A generation's rounds from the plugin's record of its drafting steps (`plugin.ROUND_FIELDS`): the
-    steps without drafts (the prefill's token, and steps vLLM gave no drafts) emitted one verifier token
-    each, and lie in the gaps between the recorded ones; the last round is cut where the generation stopped.
+def build_rounds(recorded: list[list], n_tokens: int, wall: float, length_stop: bool) -> Rounds:
+    """A generation's rounds from the plugin's record of its drafting steps (`plugin.ROUND_FIELDS`), counted
+    as the transformers engine counts them: the steps without drafts (the prefill's token, and steps vLLM
+    gave no drafts) emitted one verifier token each and lie in the gaps between the recorded ones; the last
+    round is cut where the generation stopped, and at the token budget only the drafts the budget left room
+    for count (vLLM drafts m whatever is left; our engine drafts at most the tokens left but one).
     Times: vLLM does not split a step into drafting and verifying, so beyond the acceptance step's own time
     (t_rule) a generation's time is t_other."""
     rounds = Rounds()
@@ -212,14 +213,21 @@ def build_rounds(recorded: list[list[float]], n_tokens: int, wall: float) -> Rou
         out_kl_skipped=0,
     )
     done = 0
-    for before, drafted, acc, acc_any, kl_sum, kl_n, out_sum, out_n, skipped, t_rule in recorded:
-        for _ in range(int(before) - done):
+    for i, (before, drafted, acc, _, kl_sum, kl_n, out_sum, out_n, skipped, t_rule, passes) in enumerate(recorded):
+        before, drafted, acc = int(before), int(drafted), int(acc)
+        for _ in range(before - done):
             rounds.add(**zero)
+        emitted = acc + 1
+        if i == len(recorded) - 1 and before + emitted >= n_tokens:  # the generation stopped in this round
+            emitted = n_tokens - before
+            if length_stop:
+                drafted = min(drafted, emitted - 1)
+            acc = min(acc, drafted if length_stop else emitted)
         rounds.add(
-            drafted=int(drafted),
-            accepted=int(acc),
-            accepted_any=int(acc_any),
-            emitted=int(acc) + 1,
+            drafted=drafted,
+            accepted=acc,
+            accepted_any=sum(passes[:drafted]),
+            emitted=emitted,
             t_draft=0.0,
             t_verify=0.0,
             t_rule=t_rule,
@@ -230,13 +238,9 @@ def build_rounds(recorded: list[list[float]], n_tokens: int, wall: float) -> Rou
             out_kl_count=int(out_n),
             out_kl_skipped=int(skipped),
         )
-        done = int(before) + int(acc) + 1
+        done = before + emitted
     for _ in range(n_tokens - done):
         rounds.add(**zero)
-    if done > n_tokens:  # the generation stopped inside its last round
-        emitted = rounds.emitted[-1] - (done - n_tokens)
-        rounds.emitted[-1] = emitted
-        rounds.accepted[-1] = min(rounds.accepted[-1], emitted)
     if rounds.t_other:
         rounds.t_other[-1] = max(wall - sum(rounds.t_rule), 0.0)
     return rounds

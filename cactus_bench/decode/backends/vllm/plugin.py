@@ -53,6 +53,7 @@ ROUND_FIELDS = (
     "out_kl_count",
     "out_kl_skipped",
     "t_rule",
+    "passes",  # each draft's accept test, in order (a list of 0/1)
 )
 _STEP: dict[str, Any] = {"runner": None}  # the model runner whose step is sampling now
 _ORIGINAL: dict[str, Any] = {}
@@ -334,6 +335,7 @@ def _record(ok, layout: _Layout, target_kl, out_kl, fits, settings, before, star
         (decided & ~layout.per_request(fits)).sum(-1).double(),
     ]
     rows = torch.stack(columns, 1).tolist()
+    passes = ok.long().tolist()
     t_rule = time.perf_counter() - start
     for b, s in enumerate(settings):
         if s and layout.num_draft_tokens[b] > 0:
@@ -350,5 +352,6 @@ def _record(ok, layout: _Layout, target_kl, out_kl, fits, settings, before, star
                     out_n,
                     skipped,
                     t_rule,
+                    passes[b][: layout.num_draft_tokens[b]],
                 ]
             )
