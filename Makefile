@@ -150,7 +150,7 @@ bench-batch:  ## Items/s at batch size 16 vs 1 on the embedded pair, each engine
 	$(OFFLINE_ENV) $(PY) scripts/bench_batch.py --out results/bench/batch
 
 bench-engines:  ## Every engine (vLLM, ours eager and fast, transformers) on the SmolLM2 pair at B=1 and 16; results/bench/engines.* (needs make test-vllm's venv)
-	$(OFFLINE_ENV) OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python scripts/bench_engines.py --out results/bench/engines
+	$(OFFLINE_ENV) OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python scripts/bench_engines.py --no-fast --out results/bench/engines
 
 bench-scoring:  ## Seconds per GPQA reply scored (lm-eval's chains, the thinking filter) vs lm-eval's stock helpers; results/bench/scoring.*
 	$(OFFLINE_ENV) $(PY) scripts/bench_scoring.py --out results/bench/scoring

@@ -324,6 +324,18 @@ def test_al_and_score_agree_between_backends(runs):
         assert st["new_tokens"] == len(s["tokens"]) and st["rejected"] == st["drafted"] - st["accepted"]
 
 
+def test_paired_timing_times_each_item_beside_the_verifier_alone_on_vllm(runs):
+    """paired_timing on vLLM: each item decoded alone by the method and by a verifier-alone vLLM engine, back
+    to back (the same engines the runs above started), and the paired speedup computed from those times."""
+    summary, samples = runs(
+        "data=ifeval", "limit=2", "max_gen_toks=16", "method=sps", "paired_timing=true", "batch_size=1"
+    )
+    for s in samples:
+        st = s["stats"]
+        assert st["paired_baseline_time"] > 0 and st["paired_method_time"] == pytest.approx(st["wall_time"])
+    assert summary["paired_speedup"] is not None and summary["paired_speedup"] > 0
+
+
 # --- the drafter equal to the verifier (its own engine: last, as it replaces the speculative one) ------------
 
 
