@@ -127,18 +127,23 @@ def main():
 
         return go
 
+    # transformers' sampling, as every engine here samples: exactly n tokens, no EOS stop
+    sampled = dict(
+        do_sample=True,
+        temperature=T,
+        top_k=K,
+        top_p=P,
+        max_new_tokens=n,
+        min_new_tokens=n,
+        eos_token_id=None,
+        pad_token_id=0,
+    )
+
     def hf(spec: bool):
         from transformers import GenerationConfig
 
         cfg = GenerationConfig(
-            do_sample=True,
-            temperature=T,
-            top_k=K,
-            top_p=P,
-            max_new_tokens=n,
-            min_new_tokens=n,
-            eos_token_id=None,
-            pad_token_id=0,
+            **sampled,
             num_assistant_tokens=m,
             num_assistant_tokens_schedule="constant",
             assistant_confidence_threshold=0.0,
@@ -160,16 +165,7 @@ def main():
         width = max(len(x) for x in batch)
         input_ids = torch.tensor([[0] * (width - len(x)) + x for x in batch])
         mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in batch])
-        cfg = GenerationConfig(
-            do_sample=True,
-            temperature=T,
-            top_k=K,
-            top_p=P,
-            max_new_tokens=n,
-            min_new_tokens=n,
-            eos_token_id=None,
-            pad_token_id=0,
-        )
+        cfg = GenerationConfig(**sampled)
         torch.manual_seed(seed)
         with torch.inference_mode():
             pair.verifier.generate(input_ids, attention_mask=mask, generation_config=cfg)

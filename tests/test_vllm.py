@@ -90,6 +90,7 @@ def runs(tmp_path_factory):
         samples = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
         return summary, sorted(samples, key=lambda s: s["index"])
 
+    run.results = results
     return run
 
 
@@ -330,9 +331,13 @@ def test_paired_timing_times_each_item_beside_the_verifier_alone_on_vllm(runs):
     summary, samples = runs(
         "data=ifeval", "limit=2", "max_gen_toks=16", "method=sps", "paired_timing=true", "batch_size=1"
     )
-    for s in samples:
-        st = s["stats"]
-        assert st["paired_baseline_time"] > 0 and st["paired_method_time"] == pytest.approx(st["wall_time"])
+    timing = [
+        json.loads(line)
+        for f in runs.results.glob(f"ifeval/*/*_{summary['run_key']}/timing.jsonl")
+        for line in f.read_text().splitlines()
+    ]
+    assert sorted(t["index"] for t in timing) == [s["index"] for s in samples]
+    assert all(t["stats"]["paired_baseline_time"] > 0 and t["stats"]["paired_method_time"] > 0 for t in timing)
     assert summary["paired_speedup"] is not None and summary["paired_speedup"] > 0
 
 
