@@ -26,7 +26,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
-from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import torch
@@ -34,53 +33,15 @@ from torch import Tensor
 
 from ..rules import Rule, build_rule
 from . import graphs, memory
-from .cache import ForwardTimer, ModelRunner, buckets_between, capacity_for, device_of, to_device
-from .stats import GenerationOutput, Rounds
+from .cache import ModelRunner, buckets_between, capacity_for, device_of, to_device
+from .jobs import EngineOptions, Job, Row
+from .output_kl import output_kl, support_for
+from .stats import GenerationOutput
 from .warp import Warper
 
 AR_BLOCK = 32  # the verifier-alone loop draws its uniforms in blocks of this many tokens per row
 log = logging.getLogger("cactus_bench")
-
-
-@dataclass
-class Job:
-    """One request as the engine sees it: prompt ids, budget, random stream, stop test, caller's handle."""
-
-    prompt: list[int]
-    max_new_tokens: int
-    generator: torch.Generator  # a CPU generator: the item's random stream, whatever device decodes it
-    stop: Callable[[list[int]], bool] | None = None  # stop(generated) -> True ends decoding
-    handle: Any = None  # the caller's (a Request for decoders)
-
-
-@dataclass
-class Row:
-    job: Job
-    committed: list[int]
-    start: float
-    prefill: float
-    generated: list[int] = field(default_factory=list)
-    rounds: Rounds = field(default_factory=Rounds)
-    graphs_before: int = 0  # graphs this process had compiled when the row was admitted
-    block: Tensor | None = None  # the verifier-alone loop's current block of uniforms, and the next one used
-    used: int = 0
-    has_kl: bool = False
-
-    @property
-    def left(self) -> int:
-        return self.job.max_new_tokens - len(self.generated)
-
-
-@dataclass(frozen=True)
-class EngineOptions:
-    """How the engine runs (not what it samples): batch size, compiled forwards, timing."""
-
-    batch_size: int | str = 1  # rows decoded at once; "auto": as many as fit the device's free memory
-    compile: str | None = None  # a torch.compile backend for the steady-state forwards (None: eager)
-    _: KW_ONLY  # the rest by name only
-    warm_up: bool = True  # compiled forwards: compile (on CUDA, record) every graph before the first item
-    sync_timing: bool = False  # synchronise CUDA at phase boundaries so phase times are exact (costs time)
-    forward_timer: ForwardTimer | None = None  # accumulates time inside decode forwards (benchmarks)
+DEFAULT_OPTIONS = EngineOptions()
 
 
 class Engine:
@@ -95,7 +56,7 @@ class Engine:
         warper: Warper | None = None,
         vocab: int | None = None,
         eos: Collection[int] = frozenset(),
-        options: EngineOptions = EngineOptions(),
+        options: EngineOptions = DEFAULT_OPTIONS,
     ):
         if rule is not None and (drafter is None or m < 1):
             raise ValueError("speculative decoding needs a drafter and m >= 1")
@@ -388,38 +349,6 @@ class Engine:
             [torch.rand(n, generator=r.job.generator, dtype=torch.float64) if r is not None else zeros for r in slots]
         )
         return host.pin_memory().to(self.device, non_blocking=True) if self.device.type == "cuda" else host
-
-
-def support_for(top_k: int, greedy: bool) -> int | None:
-    """Tokens gathered per position for the output KL: the union of two top-k supports and their ties
-    (None: no top-k, supports up to V, and the output KL is not computed)."""
-    return 2 if greedy else (2 * top_k + 16 if top_k else None)
-
-
-def output_kl(rule: Rule, p: Tensor, q: Tensor, support: int | None, raw: dict | None = None) -> tuple[Tensor, Tensor]:
-    """KL(P_out ‖ q) at each position [..., ] of p, q [..., V], where P_out is the rule's exact output law of
-    the position (the drafted token marginalised out: methods.md §2), computed on the union of the warped
-    supports of p and q; and whether that union fit the `support` tokens gathered (top-k keeps at most k
-    tokens each, ties aside). Where it did not, or when sampling has no top-k (supports up to V), the
-    position is counted as skipped rather than estimated. `raw`: the engine's raw probabilities (draft_raw
-    [..., V], target_raw [..., m+1, V]) for rules that read them."""
-    V = p.shape[-1]
-    if support is None:
-        return torch.zeros(p.shape[:-1], dtype=torch.float64, device=p.device), torch.zeros(
-            p.shape[:-1], dtype=torch.bool, device=p.device
-        )
-    mass = p + q
-    idx = torch.topk(mass, min(support, V), dim=-1).indices
-    fits = (mass > 0).sum(-1) <= idx.shape[-1]
-    ps, qs = p.gather(-1, idx).double(), q.gather(-1, idx).double()
-    ps, qs = ps / ps.sum(-1, keepdim=True), qs / qs.sum(-1, keepdim=True)  # float32 sums are 1 ± 1e-7
-    extra = {}
-    if rule.needs_raw and raw:
-        m = p.shape[-2]
-        extra = {"p_raw": raw["draft_raw"].gather(-1, idx), "q_raw": raw["target_raw"][..., :m, :].gather(-1, idx)}
-    law = rule.output_laws(ps, qs, **extra)
-    terms = torch.where(law > 0, law * (torch.log(law) - torch.log(qs)), torch.zeros_like(law))
-    return terms.sum(-1).clamp(min=0), fits  # KL >= 0: round-off below zero is zero
 
 
 def _commit(tokens: list[int], eos: set[int], budget: int) -> tuple[list[int], str | None]:

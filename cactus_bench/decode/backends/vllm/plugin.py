@@ -251,7 +251,7 @@ def verify(
     rule = next(iter(rules.values()))
     from vllm.v1.sample.rejection_sampler import generate_uniform_probs
 
-    from ...engine import output_kl, support_for
+    from ...output_kl import output_kl, support_for
 
     generators = sampling_metadata.generators
     # the same random numbers, in the same order, as vLLM's kernels: a uniform per draft token, then one

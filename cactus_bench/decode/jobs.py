@@ -1,0 +1,54 @@
+"""What the engine decodes and how: a job (one request), a row (a job in a batch slot), the engine's options."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .cache import ForwardTimer
+from .stats import Rounds
+
+
+@dataclass
+class Job:
+    """One request as the engine sees it: prompt ids, budget, random stream, stop test, caller's handle."""
+
+    prompt: list[int]
+    max_new_tokens: int
+    generator: torch.Generator  # a CPU generator: the item's random stream, whatever device decodes it
+    stop: Callable[[list[int]], bool] | None = None  # stop(generated) -> True ends decoding
+    handle: Any = None  # the caller's (a Request for decoders)
+
+
+@dataclass
+class Row:
+    job: Job
+    committed: list[int]
+    start: float
+    prefill: float
+    generated: list[int] = field(default_factory=list)
+    rounds: Rounds = field(default_factory=Rounds)
+    graphs_before: int = 0  # graphs this process had compiled when the row was admitted
+    block: Tensor | None = None  # the verifier-alone loop's current block of uniforms, and the next one used
+    used: int = 0
+    has_kl: bool = False
+
+    @property
+    def left(self) -> int:
+        return self.job.max_new_tokens - len(self.generated)
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """How the engine runs (not what it samples): batch size, compiled forwards, timing."""
+
+    batch_size: int | str = 1  # rows decoded at once; "auto": as many as fit the device's free memory
+    compile: str | None = None  # a torch.compile backend for the steady-state forwards (None: eager)
+    _: KW_ONLY  # the rest by name only
+    warm_up: bool = True  # compiled forwards: compile (on CUDA, record) every graph before the first item
+    sync_timing: bool = False  # synchronise CUDA at phase boundaries so phase times are exact (costs time)
+    forward_timer: ForwardTimer | None = None  # accumulates time inside decode forwards (benchmarks)
