@@ -29,9 +29,10 @@ _ENGINES: dict[bool, tuple[tuple, object, int]] = {}
 def _environment(tensor_parallel: int) -> None:
     """vLLM's sockets and caches in a temporary folder (it otherwise leaves them in /tmp and ~/.cache), and
     the engine in this process when it needs no worker processes."""
-    scratch = tempfile.mkdtemp(prefix="cactus-vllm-")
-    os.environ.setdefault("VLLM_RPC_BASE_PATH", scratch)
-    os.environ.setdefault("VLLM_CACHE_ROOT", os.path.join(scratch, "cache"))
+    if "VLLM_RPC_BASE_PATH" not in os.environ:  # once per process
+        scratch = tempfile.mkdtemp(prefix="cactus-vllm-")
+        os.environ["VLLM_RPC_BASE_PATH"] = scratch
+        os.environ.setdefault("VLLM_CACHE_ROOT", os.path.join(scratch, "cache"))
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # keep the run's torch threads
     if tensor_parallel == 1:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")

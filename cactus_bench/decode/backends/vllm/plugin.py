@@ -41,7 +41,7 @@ DRAFTER_WARPS = (
 )  # p warped like q (the authors' vLLM 0.7.3), or temperature only (vLLM 0.32)
 log = logging.getLogger("cactus_bench.vllm")
 
-_ROUNDS: dict[str, list[list[float]]] = {}  # tag -> one row per verifier call with drafts (ROUND_FIELDS)
+_ROUNDS: dict[str, list[list]] = {}  # tag -> one row per verifier call with drafts (ROUND_FIELDS)
 ROUND_FIELDS = (
     "before",
     "drafted",
@@ -111,7 +111,7 @@ def installed(_worker=None) -> list[str]:
     return list(INSTALLED)
 
 
-def take_rounds(_worker, tags: list[str]) -> dict[str, list[list[float]]]:
+def take_rounds(_worker, tags: list[str]) -> dict[str, list[list]]:
     """The rounds recorded for these tags, removed from this process."""
     return {t: _ROUNDS.pop(t, []) for t in tags}
 
@@ -124,15 +124,18 @@ def _sample_tokens(self, *args, **kwargs):
         _STEP["runner"] = None
 
 
-def _batch() -> tuple[list[str], list[dict | None], list[int]]:
-    """The sampling step's requests in batch order: ids, their settings (None: not ours), tokens so far."""
+def _batch() -> tuple[list[str], list[dict | None], list[int], int]:
+    """The sampling step's requests in batch order: ids, their settings (None: not ours), tokens so far, and
+    the largest top-k among them (0: none; read on the host, so the device is not asked)."""
     runner = _STEP["runner"]
     if runner is None:
-        return [], [], []
+        return [], [], [], 0
     ids = list(runner.input_batch.req_ids)
     states = [runner.requests.get(r) for r in ids]
-    settings = [((s.sampling_params.extra_args or {}).get(KEY) if s and s.sampling_params else None) for s in states]
-    return ids, settings, [len(s.output_token_ids) if s else 0 for s in states]
+    params = [s.sampling_params if s else None for s in states]
+    settings = [((p.extra_args or {}).get(KEY) if p else None) for p in params]
+    top_k = max((p.top_k for p in params if p and p.top_k > 0), default=0)
+    return ids, settings, [len(s.output_token_ids) if s else 0 for s in states], top_k
 
 
 @lru_cache(maxsize=32)
@@ -170,7 +173,7 @@ def apply_sampling_constraints(logits, cu_num_draft_tokens, sampling_metadata):
 def draft(logits, sampling_metadata, use_fp64_gumbel: bool = False):
     """The drafter's next token per request, and p: temperature, then (by default) top-k and top-p as for
     q, softmax in float32; sampled by an exponential race on each request's own generator."""
-    ids, settings, _ = _batch()
+    ids, settings, _, _ = _batch()
     if sampling_metadata.all_greedy or not any(settings) or logits.shape[0] != len(ids):
         return _ORIGINAL["compute_probs"](logits, sampling_metadata, use_fp64_gumbel)
     if not sampling_metadata.all_random:
@@ -206,7 +209,7 @@ def verify(
 ):
     """vLLM's `rejection_sample` with a rule's accept test and recovery; output [batch, max_spec_len + 1]
     int32, -1 after each request's last token (vLLM's layout)."""
-    ids, requested, before = _batch()
+    ids, requested, before, top_k = _batch()
     settings = [s if s and s["rule"] is not None else None for s in requested]  # rule None: vLLM's own step
     args = (
         draft_token_ids,
@@ -233,8 +236,10 @@ def verify(
         passed = (target_logits.argmax(dim=-1) == draft_token_ids) & (draft_token_ids >= 0)
         zeros = torch.zeros(N, dtype=torch.float64, device=device)
         ok = layout.per_request(passed)
+        n_acc = torch.cumprod(ok.long(), dim=-1).sum(-1)
         # SpS's target is q and its output law is q: both KLs are 0 at every decided position
-        _record(ok, layout, zeros, zeros, torch.ones(N, dtype=torch.bool, device=device), settings, before, start)
+        everywhere = torch.ones(N, dtype=torch.bool, device=device)
+        _record(ok, n_acc, layout, zeros, zeros, everywhere, settings, before, start)
         return out
     if not sampling_metadata.all_random or synthetic_mode:
         raise RuntimeError(
@@ -285,9 +290,8 @@ def verify(
     out.scatter_(1, n_acc.unsqueeze(-1), last.to(torch.int32).unsqueeze(-1))
 
     target_kl = rule.target_kl(p, q, n, **extra)
-    top_k = int(sampling_metadata.top_k.max()) if sampling_metadata.top_k is not None else 0
     out_kl, fits = output_kl(rule, p, q, support_for(top_k, greedy=False))
-    _record(ok, layout, target_kl, out_kl, fits, settings, before, start)
+    _record(ok, n_acc, layout, target_kl, out_kl, fits, settings, before, start)
     return out
 
 
@@ -312,11 +316,10 @@ class _Layout:
         return torch.where(self.valid, x[self.index], torch.zeros((), dtype=x.dtype, device=x.device))
 
 
-def _record(ok, layout: _Layout, target_kl, out_kl, fits, settings, before, start) -> None:
+def _record(ok, n_acc, layout: _Layout, target_kl, out_kl, fits, settings, before, start) -> None:
     """Each request's round as the transformers engine counts it: drafted, accepted before the first
     rejection and at any position, and the target and output KL summed over the positions decided (up to
     the first rejection)."""
-    n_acc = torch.cumprod(ok.long(), dim=-1).sum(-1)
     decided = layout.valid & (layout.pos <= n_acc.unsqueeze(-1))
     has_kl = target_kl is not None
     kl = (
@@ -334,8 +337,8 @@ def _record(ok, layout: _Layout, target_kl, out_kl, fits, settings, before, star
         counted.sum(-1).double(),
         (decided & ~layout.per_request(fits)).sum(-1).double(),
     ]
-    rows = torch.stack(columns, 1).tolist()
-    passes = ok.long().tolist()
+    host = torch.cat([torch.stack(columns, 1), ok.double()], 1).tolist()  # the step's one host read
+    rows, passes = [r[: len(columns)] for r in host], [[int(x) for x in r[len(columns) :]] for r in host]
     t_rule = time.perf_counter() - start
     for b, s in enumerate(settings):
         if s and layout.num_draft_tokens[b] > 0:
