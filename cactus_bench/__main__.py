@@ -100,10 +100,10 @@ def _run(cfg) -> None:
             entry = pack_entry(OmegaConf.to_container(cfg.pack))
             GlobalHydra.instance().clear()  # the job's own config is done with: the run composes its own
             cfg = compose(tuple(entry))
-        method = validate(cfg)  # before torch's heavier company (transformers, lm-eval) is imported
+        spec = validate(cfg)  # before torch's heavier company (transformers, lm-eval) is imported
         from .app.run import run
 
-        summary = run(cfg, method)
+        summary = run(spec)
     except ConfigError as e:
         fail(e)
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (app.run.Terminated): one line, not a traceback

@@ -16,17 +16,10 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+from .precision import resolve_device, resolve_dtype
+
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
-
-DTYPES = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-}
 
 # Strings that exercise the tokenizer: words, numbers, code, unicode, whitespace runs, chat markup.
 _PROBE_TEXTS = [
@@ -78,24 +71,6 @@ class Pair:
         if ids is None:
             return []
         return [ids] if isinstance(ids, int) else list(ids)
-
-
-def resolve_dtype(dtype: str | torch.dtype, device: str) -> torch.dtype:
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype == "auto":  # bf16 is emulated (slow) on CPUs: fp32 there
-        return torch.bfloat16 if device.startswith("cuda") else torch.float32
-    if dtype not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; valid choices: auto, {', '.join(DTYPES)}")
-    return DTYPES[dtype]
-
-
-def resolve_device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} requested but CUDA is not available on this machine")
-    return device
 
 
 def _is_local(name: str) -> bool:

@@ -20,15 +20,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 from omegaconf import DictConfig
 
 from .app.compose import compose
 from .app.runs import load_runs
-from .methods import Method
 from .report import figures, load_spec, render_table
 from .report.specs import cell_config, pair_spec, run_overrides, spec_pairs, spec_seeds
+
+if TYPE_CHECKING:
+    from .app.config import RunSpec
 
 SPEC_KEYS = ("pair", "limit", "data", "m", "max_gen_toks", "seed", "batch_size", "timing_sample", "engine")
 
@@ -52,11 +55,11 @@ def launch(spec: dict, todo: list, extra: list[str], shards: int, multirun: Path
     under local_gpus."""
     folder = multirun / f"{spec['name']}-{time.strftime('%Y%m%d-%H%M%S')}"
     runs, skipped = [], 0
-    for c, ((cell_spec, row, data), (_, cfg, _)) in enumerate(zip(spec_cells(spec), todo)):
+    for c, ((cell_spec, row, data), (_, run_spec)) in enumerate(zip(spec_cells(spec), todo)):
         name = f"{spec['name']}_{c}"
         for i in range(shards):
             shard = f"{i}/{shards}"
-            if shard_finished(cfg, shard):
+            if shard_finished(run_spec, shard):
                 skipped += 1
                 continue
             runs.append((name, shard, cell_config(cell_spec, row, data), run_overrides(cell_spec, row, data)))
@@ -67,7 +70,7 @@ def launch(spec: dict, todo: list, extra: list[str], shards: int, multirun: Path
     launcher = next((o.split("=", 1)[1] for o in extra if o.startswith("hydra/launcher=")), None)
     cmd = [sys.executable, "-m", "cactus_bench", "-m", f"hydra.searchpath=[file://{folder}]"]
     cmd.append(f"hydra.sweep.dir={folder / 'jobs'}")
-    gpus = gpus_per_job([cfg for _, cfg, _ in todo])
+    gpus = gpus_per_job([run_spec.cfg for _, run_spec in todo])
     if launcher == "slurm" and gpus > 1 and not any(o.startswith("hydra.launcher.gpus_per_node=") for o in extra):
         cmd.append(f"hydra.launcher.gpus_per_node={gpus}")  # a verifier sharded over several GPUs
     if slots > 1 and launcher == "slurm":  # k runs to a job: its k tasks share the job's GPU
@@ -113,26 +116,27 @@ class SweepFailed(RuntimeError):
     """A launched multirun ended with runs unfinished: the launcher named them."""
 
 
-def shard_finished(cfg: DictConfig, shard: str) -> bool:
+def shard_finished(run_spec: RunSpec, shard: str) -> bool:
     """Whether this shard of the run decoded all its items at this limit (its manifest says so)."""
     from .app.config import parse_shard
-    from .app.store import RunStore, run_dir
+    from .app.store import RunStore
 
-    manifest = RunStore(run_dir(cfg), parse_shard(shard)).manifest()
-    return manifest.get("status") == "complete" and manifest.get("limit") == cfg.limit
+    manifest = RunStore(run_folder(run_spec), parse_shard(shard)).manifest()
+    return manifest.get("status") == "complete" and manifest.get("limit") == run_spec.cfg.limit
 
 
-def unfinished(todo: list, shards: int) -> list[str]:
+def run_folder(run_spec: RunSpec) -> Path:
+    return run_spec.identity.folder(run_spec.cfg.paths.runs)
+
+
+def unfinished(todo: list[tuple[str, RunSpec]], shards: int) -> list[str]:
     """Each cell's shards that have not decoded all their items, with the run's folder."""
-    from .app.store import run_dir
-
     out = []
-    for name, cfg, _ in todo:
-        left = [f"{i}/{shards}" for i in range(shards) if not shard_finished(cfg, f"{i}/{shards}")]
+    for name, run_spec in todo:
+        left = [f"{i}/{shards}" for i in range(shards) if not shard_finished(run_spec, f"{i}/{shards}")]
         if left:
-            out.append(
-                f"{name}: shard {', '.join(left)} ({run_dir(cfg)})" if shards > 1 else f"{name} ({run_dir(cfg)})"
-            )
+            where = run_folder(run_spec)
+            out.append(f"{name}: shard {', '.join(left)} ({where})" if shards > 1 else f"{name} ({where})")
     return out
 
 
@@ -157,8 +161,8 @@ def sources(data: str | None) -> str:
     return f"data: {data or 'the Hugging Face hub'}; weights: {weights} (embedded pairs: built locally)"
 
 
-def cells(spec: dict, extra: list[str]) -> list[tuple[str, DictConfig, Method]]:
-    """Every cell of the sweep composed and validated, before any runs: (name, config, method)."""
+def cells(spec: dict, extra: list[str]) -> list[tuple[str, RunSpec]]:
+    """Every cell of the sweep composed and validated, before any runs: (name, its run)."""
     from .app.config import ConfigError, validate
     from .app.errors import ConfigCompositionError, explain_composition
 
@@ -168,7 +172,7 @@ def cells(spec: dict, extra: list[str]) -> list[tuple[str, DictConfig, Method]]:
         overrides = run_overrides(cell_spec, row, data) + [o for o in extra if not o.startswith("hydra")]
         try:
             cfg = compose(tuple(overrides))
-            out.append((name, cfg, validate(cfg)))
+            out.append((name, validate(cfg)))
         except ConfigError as e:
             raise ConfigError(f"{spec['name']}, cell {name}: {e}") from None
         except Exception as e:  # noqa: BLE001  (Hydra's composition errors, rewritten)
@@ -193,7 +197,7 @@ def main(argv: list[str] | None = None) -> str:
         todo = cells(spec, extra)  # every cell checked before the first one runs
     except ValueError as e:  # ConfigError, ConfigCompositionError: one paragraph, exit 2
         fail(e)
-    paths = todo[0][1].paths
+    paths = todo[0][1].cfg.paths
     print(sources(paths.data), flush=True)
     if shards or any(o.startswith("hydra/launcher=") for o in extra):
         try:
@@ -204,10 +208,10 @@ def main(argv: list[str] | None = None) -> str:
     else:
         from .app.run import run
 
-        for name, cfg, method in todo:
+        for name, run_spec in todo:
             print(f"== {spec['name']}: {name}", flush=True)
             try:
-                run(cfg, method)
+                run(run_spec)
             except KeyboardInterrupt:
                 print(f"interrupted during {name}: the same command resumes the sweep", file=sys.stderr)
                 sys.exit(130)

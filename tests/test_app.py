@@ -53,9 +53,28 @@ def test_defaults_follow_the_paper():
 
 def test_readme_commands_compose():
     cfg = cfg_of("method=cactus", "delta=0.75", "data=gpqa")
-    assert cfg.method.params.delta == 0.75 and cfg.data.name == "gpqa" and validate(cfg).rule.delta == 0.75
+    assert cfg.method.params.delta == 0.75 and cfg.data.name == "gpqa" and validate(cfg).method.rule.delta == 0.75
     cfg = cfg_of("pair=tiny", "method=cactus", "delta=0.75", "data=gsm8k", "limit=3")
     assert cfg.pair.drafter == "embedded:tiny/drafter" and cfg.limit == 3
+
+
+def test_validate_resolves_the_run_once():
+    """One object out of validation: the method, the identity, the decode and model specs, and what
+    `dtype: auto` means on this CPU; the verifier alone names no drafter and no drafter precision."""
+    from cactus_bench.app.identity import RunIdentity
+
+    cfg = cfg_of("pair=tiny", "method=cactus", "delta=0.5", "m=3", "pair.drafter_dtype=bfloat16")
+    spec = validate(cfg)
+    assert spec.identity == RunIdentity.of(cfg) and spec.method.rule.delta == 0.5 and spec.decode.method == spec.method
+    assert spec.precision == {"verifier_dtype": "float32", "drafter_dtype": "bfloat16"}
+    assert (spec.models.drafter, spec.decode.max_new_tokens, spec.decode.top_k) == (
+        cfg.pair.drafter,
+        cfg.max_gen_toks,
+        cfg.sampling.top_k,
+    )
+    alone = validate(cfg_of("pair=tiny", "method=ar"))
+    assert alone.models.drafter is None and alone.precision == {"verifier_dtype": "float32"}
+    assert alone.loading(str.upper).verifier == cfg.pair.verifier.upper()
 
 
 @pytest.mark.parametrize(
@@ -69,7 +88,7 @@ def test_every_sweep_spec_composes_into_valid_runs(spec_path):
     for data in spec["data"]:
         for row in spec["rows"]:
             cfg = cfg_of(*run_overrides(spec, row, data))
-            method = validate(cfg)
+            method = validate(cfg).method
             assert method.name == row["method"] and cfg.m == spec["m"]
             if "delta" in row:
                 assert method.rule.delta == row["delta"]

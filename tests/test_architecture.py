@@ -209,6 +209,7 @@ def test_one_identity_from_the_cli_to_the_store_report_sweep_plan_and_wandb(smal
 
     from cactus_bench.app import run as run_mod
     from cactus_bench.app.compose import compose
+    from cactus_bench.app.config import validate
     from cactus_bench.app.identity import RunIdentity
     from cactus_bench.app.runs import find_run, load_runs
     from cactus_bench.app.store import run_dir
@@ -236,7 +237,7 @@ def test_one_identity_from_the_cli_to_the_store_report_sweep_plan_and_wandb(smal
         )
     )
     ident = RunIdentity.of(typed)
-    assert RunIdentity.of(cell) == ident and not shard_finished(cell, "0/1")
+    assert RunIdentity.of(cell) == ident and not shard_finished(validate(cell), "0/1")
     run_mod.run(typed)
 
     folder = run_dir(cell)
@@ -247,14 +248,17 @@ def test_one_identity_from_the_cli_to_the_store_report_sweep_plan_and_wandb(smal
     assert (
         stored is not None and stored.key == summary["run_key"] == ident.key == RunIdentity(**manifest["identity"]).key
     )
-    assert shard_finished(cell, "0/1")
+    assert shard_finished(validate(cell), "0/1")
     assert wandb_config(cell)["run_key"] == ident.key and wandb_config(cell)["pair"] == stored.pair_name == "small"
     other = compose_cell(pair_spec(spec, "tiny"), row | {"delta": 0.5}, "arith", extra)
     assert RunIdentity.of(other).key != ident.key and find_run(load_runs(tmp_path), other) is None  # control
 
 
 LAYERS = (  # lowest first: a module imports only from its own layer and the ones below
-    ("core", ("registry", "intervals", "metrics", "rules", "methods", "models", "decode", "utils", "embedded")),
+    (
+        "core",
+        ("registry", "intervals", "metrics", "rules", "methods", "models", "precision", "decode", "utils", "embedded"),
+    ),
     ("adapters", ("benchmarks",)),
     ("app", ("app", "lm_eval_cli", "__main__")),
     ("reports and tools", ("report", "plan", "sweep", "score", "dashboard", "perf")),

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from cactus_bench.app import run as run_mod
+from cactus_bench.app.config import validate
 from cactus_bench.app.lock import LockHeld, RunLock
 from cactus_bench.app.runs import load_runs
 from cactus_bench.app.store import RunStore, StoreError, read_samples, read_samples_file, run_dir
@@ -81,18 +82,20 @@ def test_a_run_never_mixes_precisions(small_pair_dir, tmp_path, monkeypatch):
     """dtype=auto is float32 on a CPU and bfloat16 on CUDA: a run started on a CPU and continued where CUDA
     is found is refused before any model loads, in one paragraph naming what differs; pinning the dtype it
     was decoded in continues it."""
-    from cactus_bench import models
+    from cactus_bench.app import config
 
     auto = ("pair.dtype=auto", "pair.device=auto")
     run_cell("sps", *auto, results=tmp_path, pair_dir=small_pair_dir, limit=2)
-    monkeypatch.setattr(models, "resolve_device", lambda device: "cuda:0")  # this machine "has" a GPU now
+    monkeypatch.setattr(config, "resolve_device", lambda device: "cuda:0")  # this machine "has" a GPU now
     monkeypatch.setattr(run_mod, "get_decoder", refuse("models must not load"))
     with pytest.raises(StoreError, match="verifier_dtype was float32, here it would be bfloat16"):
         run_cell("sps", *auto, results=tmp_path, pair_dir=small_pair_dir, limit=4)
     folder = run_dir(cfg_of(*TINY, "method=sps", "limit=2", *auto, results=tmp_path, pair_dir=small_pair_dir))
     assert json.loads((folder / "manifest.json").read_text())["resolved"]["drafter_dtype"] == "float32"
     store = RunStore.open(
-        cfg_of(*TINY, "method=sps", "limit=4", "pair.dtype=float32", results=tmp_path, pair_dir=small_pair_dir)
+        validate(
+            cfg_of(*TINY, "method=sps", "limit=4", "pair.dtype=float32", results=tmp_path, pair_dir=small_pair_dir)
+        )
     )  # pinned: another run (its own folder), no refusal
     store.finish("interrupted")
 
@@ -205,7 +208,7 @@ def test_a_lock_from_another_host_is_taken_over_only_after_its_heartbeat_stops(t
 
 def test_the_lock_is_taken_before_the_models_load(small_pair_dir, tmp_path, monkeypatch):
     cfg = cfg_of(*TINY, "method=sps", "limit=2", results=tmp_path, pair_dir=small_pair_dir)
-    holder = RunStore.open(cfg)
+    holder = RunStore.open(validate(cfg))
     monkeypatch.setattr(run_mod, "get_decoder", refuse("loaded the pair before the lock"))
     with pytest.raises(LockHeld):
         run_mod.run(cfg)

@@ -10,11 +10,10 @@ import pytest
 import torch
 
 from cactus_bench.app import run as run_mod
-from cactus_bench.app.config import ConfigError, pair_label
-from cactus_bench.app.identity import RunIdentity
+from cactus_bench.app.config import ConfigError, validate
+from cactus_bench.app.identity import RunIdentity, pair_label
 from cactus_bench.app.store import run_dir
 from cactus_bench.embedded import smollm2
-from cactus_bench.methods import Method
 from cactus_bench.models import PairUnavailable, load_pair
 
 from .helpers.configs import cfg_of
@@ -58,7 +57,7 @@ def test_overridden_models_are_filed_under_their_names(small_pair_dir):
 def test_drafter_and_verifier_each_run_in_their_own_dtype(small_pair_dir, tmp_path, caplog):
     caplog.set_level(logging.INFO, "cactus_bench")
     cfg = cfg_of(*TINY, "method=sps", "limit=1", *models(small_pair_dir), "pair.drafter_dtype=bfloat16")
-    pair = run_mod.get_decoder(cfg, Method("sps", {}, 2)).pair
+    pair = run_mod.get_decoder(validate(cfg)).pair
     assert pair.drafter.dtype == torch.bfloat16 and pair.verifier.dtype == torch.float32
     assert "drafter" in caplog.text and "runs in bfloat16 (its checkpoint stores float32)" in caplog.text
     assert RunIdentity.of(cfg).key != RunIdentity.of(cfg_of(*TINY, "method=sps", *models(small_pair_dir))).key

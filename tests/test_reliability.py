@@ -136,7 +136,7 @@ def test_a_lock_file_without_a_holder_is_taken_over_once_it_is_a_few_seconds_old
 
 def test_two_runs_of_one_config_at_once_never_duplicate(small_pair_dir, tmp_path):
     cfg = cfg_of(*TINY, "limit=3", results=tmp_path, pair_dir=small_pair_dir)
-    holder = RunStore.open(cfg)  # another process is writing this run
+    holder = RunStore.open(validate(cfg))  # another process is writing this run
     with pytest.raises(LockHeld, match="one writer per run"):
         run_mod.run(cfg)
     holder.finish("interrupted")
@@ -193,7 +193,7 @@ def test_chaos_every_item_once(small_pair_dir, tmp_path, monkeypatch):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     (folder / ".lock").write_text(json.dumps({"host": socket.gethostname(), "pid": dead.pid}))  # stale
-    second = RunStore.open(cfg)  # takes the stale lock over; a concurrent writer is now refused
+    second = RunStore.open(validate(cfg))  # takes the stale lock over; a concurrent writer is now refused
     with pytest.raises(LockHeld):
         run_mod.run(cfg)
     second.samples()  # a writer first cuts the half-written line

@@ -56,7 +56,7 @@ def test_a_duplicated_item_is_refused_at_merge(small_pair_dir, tmp_path):
 
 
 def test_one_writer_per_shard_and_the_other_shard_goes_on(small_pair_dir, tmp_path):
-    holder = RunStore.open(cfg_of("shard=0/2", results=tmp_path, pair_dir=small_pair_dir))
+    holder = RunStore.open(validate(cfg_of("shard=0/2", results=tmp_path, pair_dir=small_pair_dir)))
     with pytest.raises(LockHeld, match=r"\.lock\.shard-0-of-2|being written by"):
         run_mod.run(cfg_of("shard=0/2", results=tmp_path, pair_dir=small_pair_dir))
     assert not run_mod.run(cfg_of("shard=1/2", results=tmp_path, pair_dir=small_pair_dir))["complete"]

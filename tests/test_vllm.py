@@ -74,9 +74,9 @@ def pair(folder):
 def llm(*overrides):
     """The backend's engine for these overrides (started once, shared with the app's runs of them)."""
     cfg = compose((*BASE, *overrides))
-    method = config.validate(cfg)
-    models = config.model_spec(cfg, method, lambda n: resolve_model(n, log=lambda s: None))
-    return vdecoder.engine(models, config.decode_spec(cfg, method), models.drafter if method.uses_drafter else None)
+    spec = config.validate(cfg)
+    models = spec.loading(lambda n: resolve_model(n, log=lambda s: None))
+    return vdecoder.engine(models, spec.decode, models.drafter)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import logging
 import math
 import os
 import re
-from dataclasses import fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -16,6 +16,8 @@ from omegaconf import DictConfig, OmegaConf
 from ..benchmarks.base import KINDS
 from ..decode.api import DecodeSpec, ModelSpec, backend, backend_names
 from ..methods import Method, method_names
+from ..precision import DTYPES, dtype_name, resolve_device
+from .identity import RunIdentity, pair_label
 from .schema import (
     CONF_DIR,
     RENAMED_SETTINGS,
@@ -35,6 +37,25 @@ TRACKERS = ("none", "wandb")
 
 class ConfigError(ValueError):
     pass
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """A run validated and resolved once (`validate`): what every later step reads. The identity is computed
+    here and nowhere else in a run; `precision` is what `dtype: auto` means on this machine (a resume in
+    another precision is refused by the store)."""
+
+    cfg: DictConfig
+    method: Method
+    identity: RunIdentity
+    decode: DecodeSpec
+    models: ModelSpec  # as configured: the app maps an embedded pair's name to its folder when it loads
+    precision: dict  # verifier_dtype, and drafter_dtype where the method drafts: float32, bfloat16, float16
+
+    def loading(self, resolve) -> ModelSpec:
+        """The models with `resolve` applied to their names (the app's: an embedded pair's folder)."""
+        m = self.models
+        return replace(m, verifier=resolve(m.verifier), drafter=None if m.drafter is None else resolve(m.drafter))
 
 
 log = logging.getLogger("cactus_bench")
@@ -92,8 +113,6 @@ def _finite(key: str, value) -> None:
 
 
 def _check_device_and_dtype(pair) -> None:
-    from ..models import DTYPES  # torch only: cheap beside the model load it protects
-
     for key in ("dtype", "drafter_dtype", "verifier_dtype"):
         value = pair.get(key)
         if value is not None and value != "auto" and value not in DTYPES:
@@ -154,8 +173,8 @@ def _note_unused(cfg: DictConfig, method: Method) -> None:
         )
 
 
-def validate(cfg: DictConfig) -> Method:
-    """Check every value a run depends on; return the built method (its rule validated too)."""
+def validate(cfg: DictConfig) -> RunSpec:
+    """Check every value a run depends on (the method's rule too) and resolve the run once."""
 
     def bad(key, value, allowed):
         raise ConfigError(f"{key}={value!r} is not valid: {allowed}")
@@ -220,23 +239,21 @@ def validate(cfg: DictConfig) -> Method:
     _check_device_and_dtype(cfg.pair)
     _check_tracking(cfg.tracking)
     _note_unused(cfg, method)
-    return method
+    return RunSpec(
+        cfg=cfg,
+        method=method,
+        identity=RunIdentity.of(cfg),
+        decode=decode_spec(cfg, method),
+        models=model_spec(cfg, method),
+        precision=resolved_precision(cfg.pair, method),
+    )
 
 
-def _short(model: str) -> str:
-    """A model's name for a folder: the last part of a hub id or path, without a .gguf suffix."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", Path(str(model)).name.removesuffix(".gguf"))
-
-
-def pair_label(pair, uses_drafter: bool) -> str:
-    """The name a run is filed under: pair.name, unless it names a stock pair (conf/pair/) whose models these
-    are not: then the models' names (the verifier alone: its verifier's), so that overriding pair.drafter or
-    pair.verifier never files a run under the stock pair's name."""
-    stock = CONF_DIR / "pair" / f"{pair.name}.yaml"
-    roles = ("drafter", "verifier") if uses_drafter else ("verifier",)
-    if not stock.is_file() or all(pair[r] == OmegaConf.load(stock).get(r) for r in roles):
-        return pair.name
-    return "+".join(_short(pair[r]) for r in roles)
+def resolved_precision(pair, method: Method) -> dict:
+    """What the pair's dtypes (`auto` too) mean on this machine: float32 on a CPU, bfloat16 on CUDA."""
+    device = resolve_device(pair.device)
+    roles = ("verifier", "drafter") if method.uses_drafter else ("verifier",)
+    return {f"{r}_dtype": dtype_name(pair.get(f"{r}_dtype") or pair.dtype, device) for r in roles}
 
 
 def _name_the_pair(cfg: DictConfig, method: Method) -> None:
@@ -284,16 +301,16 @@ def decode_spec(cfg: DictConfig, method: Method) -> DecodeSpec:
     )
 
 
-def model_spec(cfg: DictConfig, method: Method, resolve=lambda name: name) -> ModelSpec:
-    """The models the run's backend loads: the verifier, and the drafter only where the method uses one.
-    `resolve` maps a configured name to what the backend loads (the app's: an embedded pair's folder)."""
+def model_spec(cfg: DictConfig, method: Method) -> ModelSpec:
+    """The models the run's backend loads, as configured: the verifier, and the drafter only where the
+    method uses one."""
     p = cfg.pair
     device_map = p.verifier_device_map
     if isinstance(device_map, DictConfig):
         device_map = OmegaConf.to_container(device_map)
     return ModelSpec(
-        verifier=resolve(p.verifier),
-        drafter=resolve(p.drafter) if method.uses_drafter else None,
+        verifier=p.verifier,
+        drafter=p.drafter if method.uses_drafter else None,
         dtype=p.dtype,
         drafter_dtype=p.drafter_dtype,
         verifier_dtype=p.verifier_dtype,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..decode.api import backend
 from ..methods import BASELINE, Method
-from .config import pair_label
+from .schema import CONF_DIR
 
 # the method of each reference run relative metrics compare with (metrics.REFERENCES): SpS, the verifier alone
 REFERENCE_METHODS = {"sps": "sps", "baseline": BASELINE}
@@ -122,6 +123,22 @@ class RunIdentity:
     def folder(self, runs: str | Path) -> Path:
         """`<runs>/<data label>/<pair>/<method tag>_m<m>_s<seed>_<key>`."""
         return Path(runs) / self.data_label / self.pair_name / self.folder_name
+
+
+def _short(model: str) -> str:
+    """A model's name for a folder: the last part of a hub id or path, without a .gguf suffix."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", Path(str(model)).name.removesuffix(".gguf"))
+
+
+def pair_label(pair, uses_drafter: bool) -> str:
+    """The name a run is filed under: pair.name, unless it names a stock pair (conf/pair/) whose models these
+    are not: then the models' names (the verifier alone: its verifier's), so that overriding pair.drafter or
+    pair.verifier never files a run under the stock pair's name."""
+    stock = CONF_DIR / "pair" / f"{pair.name}.yaml"
+    roles = ("drafter", "verifier") if uses_drafter else ("verifier",)
+    if not stock.is_file() or all(pair[r] == OmegaConf.load(stock).get(r) for r in roles):
+        return pair.name
+    return "+".join(_short(pair[r]) for r in roles)
 
 
 def engine_identity(engine) -> dict | None:

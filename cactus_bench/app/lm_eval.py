@@ -125,7 +125,7 @@ def decoder_of(model_args: dict) -> Decoder:
     if "pair" not in args and "verifier" not in args:
         raise ValueError("cactus model_args need pair=<name> or verifier=<hub id or folder> (and drafter=...)")
     cfg = compose(tuple(overrides_of(args)))
-    return get_decoder(cfg, validate(cfg))
+    return get_decoder(validate(cfg))
 
 
 def task_manager():

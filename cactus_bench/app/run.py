@@ -18,9 +18,8 @@ from ..benchmarks.base import Benchmark, make_benchmark
 from ..benchmarks.data import DataError
 from ..decode.api import Decoder, ModelLoadError, backend, build_decoder
 from ..embedded import resolve_model
-from ..methods import Method
 from . import offline, timing
-from .config import decode_spec, model_spec, validate
+from .config import RunSpec, validate
 from .identity import RunIdentity
 from .store import RunStore, StoreError, duplicated_items, read_timings
 from .tracking import NullTracker, accepted_length_figure, make_tracker
@@ -28,9 +27,10 @@ from .tracking import NullTracker, accepted_length_figure, make_tracker
 log = logging.getLogger("cactus_bench")
 
 
-def benchmark_or_everything_missing(cfg: DictConfig, method: Method) -> Benchmark:
+def benchmark_or_everything_missing(spec: RunSpec) -> Benchmark:
     """The run's benchmark. Offline, what is missing is named at once, models and dataset together: a user
     without network learns everything to fetch in one paragraph, not one thing per attempt."""
+    cfg = spec.cfg
     try:
         bench, problems = make_benchmark(cfg.data), []
     except DataError as e:
@@ -40,20 +40,20 @@ def benchmark_or_everything_missing(cfg: DictConfig, method: Method) -> Benchmar
     if offline.is_offline():
         check = backend(cfg.engine.backend).missing
         if check is not None:
-            problems += check(model_spec(cfg, method))  # the configured names: nothing is built or loaded
+            problems += check(spec.models)  # the configured names: nothing is built or loaded
     if problems:
         raise DataError(f"offline, and not here: {' '.join(problems)}")
     return bench
 
 
-def get_decoder(cfg: DictConfig, method: Method, **changes) -> Decoder:
+def get_decoder(spec: RunSpec, **changes) -> Decoder:
     """The run's decoder from its backend, which loads (or reuses) the models; `changes` to the decode
     spec (e.g. batch_size=1, paired_timing=True for the timing sample)."""
-    models = model_spec(cfg, method, lambda name: resolve_model(name, cfg.paths.cache, log.info))
+    models = spec.loading(lambda name: resolve_model(name, spec.cfg.paths.cache, log.info))
     try:
-        return build_decoder(models, replace(decode_spec(cfg, method), **changes))
+        return build_decoder(models, replace(spec.decode, **changes))
     except ModelLoadError as e:
-        raise ModelLoadError(f"pair={cfg.pair.name}: {e}") from e
+        raise ModelLoadError(f"pair={spec.cfg.pair.name}: {e}") from e
 
 
 class Terminated(KeyboardInterrupt):
@@ -77,23 +77,23 @@ def sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
-def run(cfg: DictConfig, method: Method | None = None) -> dict:
-    """Run (or resume) the configured run; returns its summary. `method`: the config's, already validated."""
+def run(target: RunSpec | DictConfig) -> dict:
+    """Run (or resume) a run, validated (a `RunSpec`) or as composed; returns its summary."""
+    spec = target if isinstance(target, RunSpec) else validate(target)  # before anything expensive
     with sigterm_as_interrupt():
-        return _run(cfg, method)
+        return _run(spec)
 
 
-def _run(cfg: DictConfig, method: Method | None) -> dict:
-    method = method or validate(cfg)  # before anything expensive
+def _run(spec: RunSpec) -> dict:
+    cfg, method, ident = spec.cfg, spec.method, spec.identity
     offline.use_local_data(cfg)
-    bench = benchmark_or_everything_missing(cfg, method)  # data errors surface before models load
+    bench = benchmark_or_everything_missing(spec)  # data errors surface before models load
     if cfg.threads is not None and not str(cfg.pair.device).startswith("cuda"):
         torch.set_num_threads(cfg.threads)  # on a CPU (a GPU run's host threads barely matter)
-    ident = RunIdentity.of(cfg)  # once: the store, the summary and tracking are handed it
-    store = RunStore.open(cfg, ident)  # the run's (or shard's) lock first: a second writer is refused before any load
+    store = RunStore.open(spec)  # the run's (or shard's) lock first: a second writer is refused before any load
     tracker = NullTracker()
     try:
-        decoder = get_decoder(cfg, method)
+        decoder = get_decoder(spec)
         bench.prepare(decoder, f"{cfg.pair.name}-{method.tag}")
         tracker = make_tracker(cfg, store.folder, ident)
         done = {s["index"]: s for s in store.samples()}
@@ -129,8 +129,8 @@ def _run(cfg: DictConfig, method: Method | None) -> dict:
         stored = store.stored_summary()
         covered = stored is not None and stored.get("samples", 0) > len(items)  # a smaller rerun adds no timing
         if method.uses_drafter and not covered and (cfg.paired_timing or (cfg.timing_sample and cfg.batch_size != 1)):
-            time_sample(cfg, bench, method, store, items, mine, device)
-        summary = merge(cfg, method, bench, store, [bench.key(item) for item in items])
+            time_sample(spec, bench, store, items, mine, device)
+        summary = merge(spec, bench, store, [bench.key(item) for item in items])
         # complete: this process's items are all stored (a shard's own; the run's summary says the rest)
         mine_done = summary["complete"] or (
             store.shard is not None and "/".join(map(str, store.shard)) not in summary["missing_shards"]
@@ -163,9 +163,10 @@ def relative_readings(cfg: DictConfig, samples: list[dict], ident: RunIdentity) 
     return out
 
 
-def time_sample(cfg, bench, method, store, items, mine, device) -> None:
+def time_sample(spec: RunSpec, bench, store, items, mine, device) -> None:
     """Time the run's sample of items (all of them with paired_timing) at batch size 1, beside the verifier
     alone, where no timing under today's conditions exists yet (`timing.py`)."""
+    cfg = spec.cfg
     chosen = list(mine) if cfg.paired_timing else choose_sample(bench, items, cfg.timing_sample, cfg.seed)
     mine_keys = {bench.key(it) for it in mine}
     here = timing.conditions(device, 1)
@@ -179,7 +180,7 @@ def time_sample(cfg, bench, method, store, items, mine, device) -> None:
         len(todo),
         metrics.describe(metrics.condition_class(here)),
     )
-    paired = get_decoder(cfg, method, batch_size=1, paired_timing=True)
+    paired = get_decoder(spec, batch_size=1, paired_timing=True)
     for record in timing.time_items(bench, paired, todo, stored, here):
         store.append_timing(record)
 
@@ -193,7 +194,7 @@ def shard_items(items: list, shard: tuple[int, int] | None) -> list:
     return items if shard is None else items[shard[0] :: shard[1]]
 
 
-def merge(cfg: DictConfig, method: Method, bench: Benchmark, store: RunStore, wanted: list) -> dict:
+def merge(spec: RunSpec, bench: Benchmark, store: RunStore, wanted: list) -> dict:
     """The run's summary over every shard's samples. Written (with the benchmark's files) only when every
     wanted item is present exactly once, and never over a stored summary of more items (a rerun with a
     smaller limit reads a subset: it is returned, not written); otherwise the missing shards are named and
@@ -209,8 +210,8 @@ def merge(cfg: DictConfig, method: Method, bench: Benchmark, store: RunStore, wa
         )
     have = {s["index"]: s for s in store.samples()}
     samples = [have[k] for k in wanted if k in have]
-    ident = store.identity or RunIdentity.of(cfg)
-    summary = summarise(cfg, method, samples, bench, ident)
+    cfg, method, ident = spec.cfg, spec.method, spec.identity
+    summary = summarise(spec, samples, bench)
     if method.uses_drafter:  # against this setting's stored reference runs, read as the tables read them
         summary.update(relative_readings(cfg, samples, ident))
     summary["better"] = metrics.directions(summary)  # self-describing: which way each metric is better
@@ -277,7 +278,8 @@ def _shown(value: float | None, fmt: str) -> str:
     return "–" if value is None else fmt.format(value)  # "–" as in the tables: no figure, not a zero
 
 
-def summarise(cfg: DictConfig, method: Method, samples: list[dict], bench: Benchmark, ident: RunIdentity) -> dict:
+def summarise(spec: RunSpec, samples: list[dict], bench: Benchmark) -> dict:
+    cfg, method, ident = spec.cfg, spec.method, spec.identity
     return {
         "run_key": ident.key,
         "pair": ident.pair_name,

@@ -31,7 +31,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from ..utils import environment_info, write_text_atomic
-from .config import parse_shard
+from .config import RunSpec, parse_shard
 from .identity import RunIdentity
 from .lock import RunLock
 
@@ -185,22 +185,6 @@ def _covers_more(limit: int | None, stored: int | None) -> bool:
     return stored is not None and (limit is None or limit > stored)
 
 
-def resolved_precision(cfg: DictConfig) -> dict:
-    """What `dtype: auto` and `device: auto` mean on this machine for the run's models."""
-    from ..methods import Method
-    from ..models import resolve_device, resolve_dtype
-
-    p = cfg.pair
-    try:
-        device = resolve_device(p.device)
-    except ValueError:
-        return {}  # validation names a missing CUDA device before anything loads
-    out = {"verifier_dtype": str(resolve_dtype(p.get("verifier_dtype") or p.dtype, device)).replace("torch.", "")}
-    if Method(cfg.method.name, {}, cfg.m).uses_drafter:
-        out["drafter_dtype"] = str(resolve_dtype(p.get("drafter_dtype") or p.dtype, device)).replace("torch.", "")
-    return out
-
-
 class RunStore:
     def __init__(self, folder: Path, shard: tuple[int, int] | None = None, identity: RunIdentity | None = None):
         self.folder = Path(folder)
@@ -213,10 +197,9 @@ class RunStore:
         self.lock = RunLock(self.folder / f".lock{suffix}")
 
     @classmethod
-    def open(cls, cfg: DictConfig, identity: RunIdentity | None = None) -> RunStore:
-        """Take the run's (or shard's) lock, then record the config and a manifest entry. `identity`: the
-        run's, when the caller computed it (a run computes it once and passes it down)."""
-        ident = identity or RunIdentity.of(cfg)
+    def open(cls, spec: RunSpec) -> RunStore:
+        """Take the run's (or shard's) lock, then record the config and a manifest entry."""
+        cfg, ident = spec.cfg, spec.identity
         store = cls(ident.folder(cfg.paths.runs), parse_shard(cfg.get("shard")), ident)
         try:  # before any model loads: a folder that cannot be written fails now
             store.folder.mkdir(parents=True, exist_ok=True)
@@ -226,7 +209,7 @@ class RunStore:
         try:
             store._check_sharding()
             manifest = store.manifest()
-            resolved = resolved_precision(cfg)
+            resolved = spec.precision
             store._check_resolved(manifest.get("resolved"), resolved)
             if store._covers_more(cfg.limit):  # a finished run's config changes only to cover more items
                 store._write(store.folder / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))

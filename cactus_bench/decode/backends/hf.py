@@ -30,7 +30,8 @@ _LOADED: dict[tuple, Pair] = {}  # the verifier (and drafter) in memory, by how 
 def load_models(models: ModelSpec) -> Pair:
     """The pair: the verifier, and the drafter only where one is named. A later load of the same verifier
     reuses it (swapping only the drafter); another verifier frees the first."""
-    from ...models import check_available, load_pair, resolve_device, resolve_dtype, with_drafter
+    from ...models import check_available, load_pair, with_drafter
+    from ...precision import dtype_name, resolve_device
 
     v, d = models.verifier, models.drafter
     key = (v, models.verifier_dtype or models.dtype, models.device, str(models.verifier_device_map), models.revision)
@@ -52,7 +53,7 @@ def load_models(models: ModelSpec) -> Pair:
             )
         elif d is not None:
             dtype = models.drafter_dtype or models.dtype
-            wanted = str(resolve_dtype(dtype, resolve_device(models.device))).replace("torch.", "")
+            wanted = dtype_name(dtype, resolve_device(models.device))
             if (pair.drafter_id, pair.drafter_dtype) != (d, wanted):
                 pair = with_drafter(pair, d, dtype, models.device, models.revision, log.info)
     except (OSError, ValueError, RuntimeError) as e:  # missing files, tokenizer mismatch, too big to fit
