@@ -135,25 +135,25 @@ figures:  ## Regenerate all figures from stored runs (results/figures)
 	$(OFFLINE_ENV) $(PY) -m cactus_bench.report figures
 
 bench-rules:  ## Time one verify() per rule at V=151,936 vs a softmax; writes results/bench/rules.*
-	$(PY) scripts/bench_rules.py --out results/bench/rules
+	$(PY) scripts/bench_rules.py out=results/bench/rules
 
 bench-speed:  ## Our loops (eager and fast) vs HF generate / assisted generation; writes results/bench/speed.*
-	$(PY) scripts/bench_speed.py --fast --out results/bench/speed
+	$(PY) scripts/bench_speed.py fast=true out=results/bench/speed
 
 bench-fast:  ## Fast engine (compiled forwards) vs eager on the >=20 ms-verifier CPU pair; results/bench/fast.*
-	$(PY) scripts/bench_fast.py --out results/bench/fast
+	$(PY) scripts/bench_fast.py out=results/bench/fast
 
 bench-launch:  ## Dispatched ops and host reads per decode round, per engine (tiny pair, Qwen3-0.6B shape); results/bench/launch.*
-	$(PY) scripts/bench_launch.py --out results/bench/launch
+	$(PY) scripts/bench_launch.py out=results/bench/launch
 
 bench-batch:  ## Items/s at batch size 16 vs 1 on the embedded pair, each engine; results/bench/batch.*
-	$(OFFLINE_ENV) $(PY) scripts/bench_batch.py --out results/bench/batch
+	$(OFFLINE_ENV) $(PY) scripts/bench_batch.py out=results/bench/batch
 
 bench-engines:  ## Every engine (vLLM, ours eager and fast, transformers) on the SmolLM2 pair at B=1 and 16; results/bench/engines.* (needs make test-vllm's venv)
-	$(OFFLINE_ENV) OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python scripts/bench_engines.py --out results/bench/engines
+	$(OFFLINE_ENV) OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python scripts/bench_engines.py out=results/bench/engines
 
 bench-scoring:  ## Seconds per GPQA reply scored (lm-eval's chains, the thinking filter) vs lm-eval's stock helpers; results/bench/scoring.*
-	$(OFFLINE_ENV) $(PY) scripts/bench_scoring.py --out results/bench/scoring
+	$(OFFLINE_ENV) $(PY) scripts/bench_scoring.py out=results/bench/scoring
 
 device-check-cpu:  ## The GPU device check's CPU dry run (small shapes); writes results/gpu/cpu_small.*
-	OMP_NUM_THREADS=1 $(PY) scripts/device_check.py --small --budget-s 450 --out results/gpu/cpu_small
+	OMP_NUM_THREADS=1 $(PY) scripts/device_check.py small=true budget_s=450 out=results/gpu/cpu_small

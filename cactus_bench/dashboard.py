@@ -1,16 +1,14 @@
-"""Create the saved W&B workspace described in dashboards/wandb.yaml (the paper's figures as panels):
-
-    python -m cactus_bench.dashboard --entity ENTITY --project cactus-bench [--dry-run]
-
-Needs `pip install wandb-workspaces` and a W&B login; `--dry-run` only checks and prints the panels.
+"""Create the saved W&B workspace described in dashboards/wandb.yaml (the paper's figures as panels). Needs
+`pip install wandb-workspaces` and a W&B login; `dry_run=true` only checks and prints the panels.
 """
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import yaml
+
+from .cli import Command, Key
 
 SPEC = Path(__file__).resolve().parents[1] / "dashboards" / "wandb.yaml"
 PANEL_TYPES = ("scatter", "parallel", "bar", "line")
@@ -63,12 +61,20 @@ def build(spec: dict, entity: str, project: str):
     return ws.Workspace(name=spec["name"], entity=entity, project=project, sections=sections)
 
 
+COMMAND = Command(
+    prog="python -m cactus_bench.dashboard",
+    about=__doc__,
+    keys=(
+        Key("entity", "your W&B entity (user or team)", required=True),
+        Key("project", "the W&B project the runs log to", "cactus-bench"),
+        Key("dry_run", "print the panels, create nothing", False, bool),
+    ),
+    examples=("python -m cactus_bench.dashboard entity=<you> project=cactus-bench",),
+)
+
+
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--entity", required=True)
-    ap.add_argument("--project", default="cactus-bench")
-    ap.add_argument("--dry-run", action="store_true")
-    args = ap.parse_args(argv)
+    args = COMMAND.parse(argv)
     spec = load()
     if args.dry_run:
         for s in spec["sections"]:

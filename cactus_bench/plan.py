@@ -1,14 +1,10 @@
-"""What a sweep will cost, before it runs:
-
-    python -m cactus_bench.plan sweeps/table1.yaml [shards=8] [gpu=h100|a100|h200] [slots_per_gpu=2] [limit=...]
-
-For every cell of the table spec: items, expected generated tokens per item, the smallest score difference
-against the verifier alone those items can detect, and GPU hours side by side for
-the eager engine and the fast one at batch size 1, and the engine the spec runs (`engine:`; `auto` is the
-fast one on a GPU) at the spec's batch size (`auto`: what fits the card's memory), plus the timing sample's
-hours; then the wall time with the chosen shards (one
-job per shard, `slots_per_gpu` jobs per GPU). Every figure says where it comes from: `stored` (the store's runs),
-`measured` (results/gpu/<gpu>.json from `scripts/device_check.py`), or `estimate` (the model below).
+"""What a sweep will cost, before it runs. For every cell of the table spec: items, expected generated tokens
+per item, the smallest score difference against the verifier alone those items can detect, and GPU hours
+side by side for the eager engine and the fast one at batch size 1, and the engine the spec runs (`engine:`;
+`auto` is the fast one on a GPU) at the spec's batch size (`auto`: what fits the card's memory), plus the
+timing sample's hours; then the wall time with the chosen shards (one job per shard, `slots_per_gpu` jobs per
+GPU). Every figure says where it comes from: `stored` (the store's runs), `measured` (results/gpu/<gpu>.json
+from `scripts/device_check.py`), or `estimate` (the model below).
 
 Cost model (a decode forward on a GPU): the larger of
   * memory: weights plus the rows' KV cache streamed once, at EFFICIENCY x the card's bandwidth;
@@ -24,13 +20,13 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from dataclasses import dataclass
 
 import pandas as pd
 
 from .app.runs import find_run, load_runs
 from .app.schema import DEVICE_RESULTS_DIR, default_paths
+from .cli import Command, Key
 from .decode.api import Backend, backend
 from .methods import BASELINE, is_baseline
 from .report import compose_cell, load_spec
@@ -249,19 +245,26 @@ def plan(spec: dict, shards: int = 1, gpu: str = "h100", overrides: list[str] = 
     return out.astype(object).where(out.notna(), "")
 
 
+COMMAND = Command(
+    prog="python -m cactus_bench.plan",
+    about=__doc__,
+    positional=(Key("spec", "the table or figure spec (sweeps/*.yaml)", required=True),),
+    keys=(
+        Key("shards", "jobs each run is split into", 1, int),
+        Key("gpu", "the card priced", "h100", choices=tuple(BANDWIDTH)),
+        Key("slots_per_gpu", "runs sharing one GPU", 1, int),
+        Key("pair", "the spec's pair overridden (e.g. tiny)"),
+        Key("limit", "items per cell (default: the whole dataset)"),
+    ),
+    overrides="Hydra overrides the runs will be made with (e.g. batch_size=8)",
+    examples=("python -m cactus_bench.plan sweeps/table1.yaml shards=8 gpu=h200",),
+)
+
+
 def main(argv: list[str] | None = None) -> str:
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv or "=" in argv[0] or argv[0] in ("-h", "--help"):
-        raise SystemExit(__doc__)
-    keys = ("shards", "gpu", "pair", "limit", "slots_per_gpu")
-    pairs = [a.split("=", 1) for a in argv[1:]]
-    options = {k.lower(): v for k, v in pairs if k.lower() in keys}  # SHARDS=8 as in the Makefile works too
-    overrides = [f"{k}={v}" for k, v in pairs if k.lower() not in keys]
-    gpu = options.get("gpu", "h100").lower()
-    if gpu not in BANDWIDTH:
-        raise SystemExit(f"error: gpu={gpu} is not known: choose one of {', '.join(BANDWIDTH)}")
-    shards, slots = int(options.get("shards", 1)), int(options.get("slots_per_gpu", 1))
-    spec = load_spec(argv[0], {"pair": options.get("pair"), "limit": options.get("limit")})
+    args = COMMAND.parse(argv)
+    gpu, shards, slots, overrides = args.gpu, args.shards, args.slots_per_gpu, args.overrides
+    spec = load_spec(args.spec, {"pair": args.pair, "limit": args.limit})
     try:
         df = plan(spec, shards, gpu, overrides, slots)
     except PlanError as e:

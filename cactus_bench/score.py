@@ -1,36 +1,26 @@
 """Re-score stored replies with the same lm-eval task code, on any machine (no models, no GPU).
 
-    python -m cactus_bench.score data=DATASET responses=PATH [output=FILE] [root=DATA_FOLDER]
-
-  data       the dataset the replies answer: arith, gpqa (gpqa_diamond), gpqa_extended, gpqa_main, gsm8k, ifeval
-  responses  a run folder (every shard's samples), or a JSONL file with one object per line:
-             {"id": <the dataset's key: GSM8K test row, IFEval `key`, GPQA `Record ID`>, "response": "<reply>"}
-             (a run's samples.jsonl works as is; its lines also name their dataset, which is checked)
-  output     where the scores go (default: <paths.results>/scores/<responses name>.scores.json, never into
-             the run folder or beside the input)
-  root       the local data folder (default $CACTUS_BENCH_DATA; unset: the Hugging Face hub)
-
 Prints the metrics as one JSON object on its last line and writes them to `output`. Replies covering part of
-the dataset are scored on that part, and the output says so. Example:
-
-    python -m cactus_bench.score data=gsm8k responses=results/runs/gsm8k/tiny/sps_m10_s0_1b6f40784c
+the dataset are scored on that part, and the output says so. `responses` is a run folder (every shard's
+samples), or a JSONL file with one object per line: {"id": <the dataset's key: GSM8K test row, IFEval `key`,
+GPQA `Record ID`>, "response": "<reply>"} (a run's samples.jsonl works as is; its lines also name their
+dataset, which is checked).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
-import hydra
 import yaml
-from omegaconf import DictConfig, OmegaConf
 
 from .app.config import dataset_configs
-from .app.schema import CONF_DIR
 from .app.store import SAMPLES, samples_files
 from .benchmarks.data import DataError
 from .benchmarks.scoring import TaskScorer
+from .cli import Command, Key
 from .registry import unknown_name_message
 from .utils import write_text_atomic
 
@@ -130,11 +120,38 @@ def score_responses(data: str, responses: dict[str, str], root: str | None = Non
     return result
 
 
-def main() -> None:
-    if any(a in ("-h", "--help") for a in sys.argv[1:]):
-        print(__doc__)
-        return
-    _score()
+COMMAND = Command(
+    prog="python -m cactus_bench.score",
+    about=__doc__,
+    keys=(
+        Key(
+            "data",
+            "the dataset the replies answer: arith, gpqa (gpqa_diamond), gpqa_extended, gpqa_main, gsm8k, ifeval",
+            required=True,
+        ),
+        Key("responses", "a run folder, or a JSONL file of {id, response}", required=True),
+        Key("output", "where the scores go (default: <paths.results>/scores/<responses name>.scores.json)"),
+        Key("root", "the local data folder (default $CACTUS_BENCH_DATA; unset: the Hugging Face hub)"),
+    ),
+    examples=("python -m cactus_bench.score data=gsm8k responses=results/runs/gsm8k/tiny/sps_m10_s0_1b6f40784c",),
+)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = COMMAND.parse(argv)
+    root = args.root or os.environ.get("CACTUS_BENCH_DATA")
+    path = Path(args.responses)
+    try:
+        result = score_responses(args.data, read_responses(path, args.data), root)
+    except DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    if result["partial"]:
+        print(f"note: scored {result['scored']} of {result['dataset_size']} {args.data} items (partial coverage)")
+    out = Path(args.output) if args.output else default_output(path)
+    write_text_atomic(out, json.dumps(result, indent=1))
+    print(f"written: {out}")
+    print(json.dumps(result))
 
 
 def default_output(path: Path) -> Path:
@@ -143,28 +160,6 @@ def default_output(path: Path) -> Path:
 
     name = path.name.removesuffix(".jsonl") if path.is_file() else path.name
     return Path(default_paths().results) / "scores" / f"{name}.scores.json"
-
-
-@hydra.main(version_base="1.3", config_path=str(CONF_DIR / "tools"), config_name="score")
-def _score(cfg: DictConfig) -> None:
-    try:
-        for key, what in (
-            ("data", f"the dataset: one of {', '.join(sorted(dataset_configs()))}"),
-            ("responses", "a JSONL file of {id, response} or a run folder"),
-        ):
-            if OmegaConf.is_missing(cfg, key):
-                raise DataError(f"{key}= is required: {what}")
-        path = Path(cfg.responses)
-        result = score_responses(cfg.data, read_responses(path, cfg.data), cfg.root)
-    except DataError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    if result["partial"]:
-        print(f"note: scored {result['scored']} of {result['dataset_size']} {cfg.data} items (partial coverage)")
-    out = Path(cfg.output) if cfg.output else default_output(path)
-    write_text_atomic(out, json.dumps(result, indent=1))
-    print(f"written: {out}")
-    print(json.dumps(result))
 
 
 if __name__ == "__main__":

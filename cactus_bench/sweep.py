@@ -1,10 +1,6 @@
 """Run the sweep behind a table spec, then render the table next to the paper's numbers.
 
-    python -m cactus_bench.sweep sweeps/table2.yaml [pair=tiny] [limit=2] [data=arith] [other Hydra overrides]
-    python -m cactus_bench.sweep sweeps/table1.yaml shards=8 hydra/launcher=slurm       # a cluster
-
-`pair`, `limit`, `data` (comma-separated), `m`, `max_gen_toks`, `seed`, `batch_size`, `timing_sample` and
-`engine` override the spec; any other key=value is passed to every run as a Hydra override. Without
+Spec settings override the spec; any other key=value is passed to every run as a Hydra override. Without
 `shards` or a launcher, runs happen in this process, one pair load for all. With them, every cell × shard
 is one job of a single Hydra multirun on the chosen launcher (`hydra/launcher=slurm`: one job array, one
 GPU per task; `hydra/launcher=local_gpus`: one machine's GPUs): each run is written as a config
@@ -27,26 +23,46 @@ from omegaconf import DictConfig
 
 from .app.compose import compose
 from .app.runs import load_runs
+from .cli import Command, Key
 from .report import figures, load_spec, render_table
 from .report.specs import cell_config, pair_spec, run_overrides, spec_pairs, spec_seeds
 
 if TYPE_CHECKING:
     from .app.config import RunSpec
 
-SPEC_KEYS = ("pair", "limit", "data", "m", "max_gen_toks", "seed", "batch_size", "timing_sample", "engine")
+SPEC_KEYS = (
+    Key("pair", "the spec's pair (e.g. tiny)"),
+    Key("limit", "items per cell (default: the whole dataset)"),
+    Key("data", "datasets, comma-separated (e.g. gsm8k,ifeval)", kind=list),
+    Key("m", "draft length"),
+    Key("max_gen_toks", "token budget per reply"),
+    Key("seed", "one seed instead of the spec's"),
+    Key("batch_size", "requests decoded at once (auto: what fits)"),
+    Key("timing_sample", "items timed at batch size 1 beside the verifier alone"),
+    Key("engine", "the decode engine (conf/engine: eager, fast, auto, vllm)"),
+)
+COMMAND = Command(
+    prog="python -m cactus_bench.sweep",
+    about=__doc__,
+    positional=(Key("spec", "the table or figure spec (sweeps/*.yaml)", required=True),),
+    keys=(
+        *SPEC_KEYS,
+        Key("shards", "jobs each run is split into (a multirun)", 0, int),
+        Key("slots_per_gpu", "runs sharing one GPU", 1, int),
+    ),
+    overrides="Hydra overrides for every run (e.g. sampling=greedy), and the launcher (hydra/launcher=slurm)",
+    examples=(
+        "python -m cactus_bench.sweep sweeps/table2.yaml pair=tiny limit=2 data=arith",
+        "python -m cactus_bench.sweep sweeps/table1.yaml shards=8 hydra/launcher=slurm",
+    ),
+)
 
 
-def parse(argv: list[str]) -> tuple[str, dict, list[str]]:
-    if not argv or "=" in argv[0]:
-        raise SystemExit(__doc__)
-    spec_overrides, hydra_overrides = {}, []
-    for arg in argv[1:]:
-        key, _, value = arg.partition("=")
-        if key in SPEC_KEYS + ("shards", "slots_per_gpu") and value != "":
-            spec_overrides[key] = value.split(",") if key == "data" else value
-        elif value != "":
-            hydra_overrides.append(arg)
-    return argv[0], spec_overrides, hydra_overrides
+def parse(argv: list[str]) -> tuple[str, dict, list[str], int, int]:
+    """The spec's path, its overrides, the runs' Hydra overrides, shards and slots per GPU."""
+    args = COMMAND.parse(argv)
+    spec_overrides = {k.name: args[k.name] for k in SPEC_KEYS if args[k.name] is not None}
+    return args.spec, spec_overrides, args.overrides, args.shards, args.slots_per_gpu
 
 
 def launch(spec: dict, todo: list, extra: list[str], shards: int, multirun: Path, slots: int = 1) -> None:
@@ -188,10 +204,8 @@ def main(argv: list[str] | None = None) -> str:
     from .app.offline import go_offline_without_network
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    spec_path, spec_overrides, extra, shards, slots = parse(sys.argv[1:] if argv is None else argv)
     go_offline_without_network()  # before the hub's libraries read the switch
-    spec_path, spec_overrides, extra = parse(sys.argv[1:] if argv is None else argv)
-    shards = int(spec_overrides.pop("shards", 0) or 0)
-    slots = int(spec_overrides.pop("slots_per_gpu", 1) or 1)
     spec = load_spec(spec_path, spec_overrides)
     try:
         todo = cells(spec, extra)  # every cell checked before the first one runs

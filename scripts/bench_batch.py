@@ -1,17 +1,15 @@
 """Batched decoding on a CPU: items/s at batch size B vs 1 for each engine, on the embedded pair and the
 demo's settings (arith prompts, SpS, m = 4, T = 0.6, 48 new tokens), same items and seeds; repeats
 interleaved (B = 1 then B, each repeat) so machine noise hits both alike, the ratio given with its range.
-
-    python scripts/bench_batch.py [--small] [--batch 16] [--items 64] [--repeats 3] [--out results/bench/batch]
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import torch
 
+from cactus_bench.cli import Command, Key
 from cactus_bench.decode import Engine, EngineOptions, Job, Warper
 from cactus_bench.perf.results import spread, write_results
 from cactus_bench.perf.shapes import PAIRS
@@ -53,15 +51,19 @@ def items_per_s(drafter, verifier, prompts, eos, vocab, rows: int, compile, new_
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--small", action="store_true", help="a tiny random pair, eager only, 16 items (seconds)")
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--items", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--new-tokens", type=int, default=48)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", default="results/bench/batch")
-    args = ap.parse_args()
+    args = Command(
+        prog="python scripts/bench_batch.py",
+        about=__doc__,
+        keys=(
+            Key("small", "a tiny random pair, eager only, 16 items (seconds)", False, bool),
+            Key("batch", "rows decoded at once (compared with 1)", 16, int),
+            Key("items", "arith items decoded", 64, int),
+            Key("repeats", "interleaved repeats", 3, int),
+            Key("new_tokens", "tokens per item", 48, int),
+            Key("threads", "torch threads", 1, int),
+            Key("out", "result files' path without suffix (.md, .json)", "results/bench/batch"),
+        ),
+    ).parse()
     torch.set_num_threads(args.threads)
     drafter, verifier, prompts, eos, vocab = (tiny_prompts if args.small else embedded_prompts)(
         16 if args.small else args.items
@@ -91,8 +93,8 @@ def main():
             f"| {name} | {sum(one) / len(one):.1f} | {sum(many) / len(many):.1f} | {spread(ratios)} | {same} |"
         )
         print(lines[-1], flush=True)
-    command = "python scripts/bench_batch.py" + (" --small" if args.small else "")
-    write_results(args.out, "\n".join(lines), {"args": vars(args), "results": results}, command)
+    command = "python scripts/bench_batch.py" + (" small=true" if args.small else "")
+    write_results(args.out, "\n".join(lines), {"args": dict(args), "results": results}, command)
 
 
 if __name__ == "__main__":

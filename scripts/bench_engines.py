@@ -4,14 +4,13 @@ CPU, at batch size 1 and 16, for the verifier alone and SpS.
 
 Interleaved: each repeat times every (engine, method, batch) once, in a shuffled order, so a load change
 hits all alike; a figure is the median over repeats with its range, and each ratio is taken against
-transformers' `generate` of the same repeat. Every decode emits exactly `--new-tokens` tokens per prompt (no
+transformers' `generate` of the same repeat. Every decode emits exactly `new_tokens` tokens per prompt (no
 EOS stop), from the paper's sampling (T 0.6, top-k 20, top-p 0.95), m = 4. Needs vLLM (`.venv-vllm`:
 `make bench-engines`).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import statistics
@@ -19,6 +18,7 @@ import time
 
 import torch
 
+from cactus_bench.cli import Command, Key
 from cactus_bench.perf.results import spread, write_results
 
 PROMPTS = [
@@ -30,15 +30,19 @@ PROMPTS = [
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--new-tokens", type=int, default=32)
-    ap.add_argument("--m", type=int, default=4)
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--no-fast", action="store_true", help="leave out the fast engine (compiling costs minutes)")
-    ap.add_argument("--small", action="store_true", help="one repeat, 4 tokens, B=2, no fast engine (seconds)")
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args()
+    args = Command(
+        prog="python scripts/bench_engines.py",
+        about=__doc__,
+        keys=(
+            Key("repeats", "interleaved repeats", 3, int),
+            Key("new_tokens", "tokens per prompt", 32, int),
+            Key("m", "draft length", 4, int),
+            Key("batch", "the batched case's rows", 16, int),
+            Key("no_fast", "leave out the fast engine (compiling costs minutes)", False, bool),
+            Key("small", "one repeat, 4 tokens, B=2, no fast engine (seconds)", False, bool),
+            Key("out", "result files' path without suffix (.md, .json); default: print only", None),
+        ),
+    ).parse()
     if args.small:
         args.repeats, args.new_tokens, args.batch, args.no_fast = 1, 4, 2, True
     torch.set_num_threads(1)  # before vLLM binds its threads: every engine on one thread
@@ -235,7 +239,8 @@ def main():
             args.out,
             header + table,
             {"tokens_per_s": data, "new_tokens": n, "m": m},
-            "python scripts/bench_engines.py" + (" --small" if args.small else " --no-fast" if args.no_fast else ""),
+            "python scripts/bench_engines.py"
+            + (" small=true" if args.small else " no_fast=true" if args.no_fast else ""),
         )
 
 

@@ -1,14 +1,12 @@
 """The fast engine (compiled forwards) vs eager on this CPU: the same pair (a >= 20 ms verifier), prompts and
 seeds, tokens/s ratio and token equality; compile time reported separately (paid once per shape).
-
-    python scripts/bench_fast.py [--small] [--out results/bench/fast]
 """
 
-import argparse
 import time
 
 import torch
 
+from cactus_bench.cli import Command, Key
 from cactus_bench.decode import autoregressive_generate, speculative_generate
 from cactus_bench.perf.results import write_results
 from cactus_bench.perf.shapes import PAIRS
@@ -26,14 +24,18 @@ def decode(drafter, verifier, prompt, seed, m, new_tokens, compile):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--pair", default="cpu50m", choices=list(PAIRS))
-    ap.add_argument("--prompts", type=int, default=3)
-    ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--m", type=int, default=5)
-    ap.add_argument("--small", action="store_true", help="the tiny pair, dynamo's eager backend (seconds)")
-    ap.add_argument("--out", default="results/bench/fast")
-    args = ap.parse_args()
+    args = Command(
+        prog="python scripts/bench_fast.py",
+        about=__doc__,
+        keys=(
+            Key("pair", "the pair timed", "cpu50m", choices=tuple(PAIRS)),
+            Key("prompts", "prompts decoded", 3, int),
+            Key("new_tokens", "tokens per prompt", 64, int),
+            Key("m", "draft length", 5, int),
+            Key("small", "the tiny pair, dynamo's eager backend (seconds)", False, bool),
+            Key("out", "result files' path without suffix (.md, .json)", "results/bench/fast"),
+        ),
+    ).parse()
     paths = {"eager": None, "fast": "inductor"}
     if args.small:
         args.pair, args.prompts, args.new_tokens, paths = "tiny", 2, 16, {"eager": None, "traced": "eager"}
@@ -80,8 +82,8 @@ def main():
     write_results(
         args.out,
         "\n".join(lines),
-        {"args": vars(args), "results": result},
-        "python scripts/bench_fast.py" + (" --small" if args.small else ""),
+        {"args": dict(args), "results": result},
+        "python scripts/bench_fast.py" + (" small=true" if args.small else ""),
     )
 
 

@@ -2,16 +2,13 @@
 cactus_bench/perf/launch.py for why these predict GPU overhead), on the tiny pair and on random models
 with Qwen3-0.6B's shape (verifier: the full 28 layers; drafter: 2 of them). Prints one line per engine and
 model: `engine=<name> model=<name> ops_per_round=<n> host_syncs_per_round=<k>`.
-
-    python scripts/bench_launch.py [--small] [--out results/bench/launch]
 """
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 
+from cactus_bench.cli import Command, Key
 from cactus_bench.decode import Engine, EngineOptions, Job
 from cactus_bench.models import random_lm
 from cactus_bench.perf.launch import per_round
@@ -44,12 +41,16 @@ def measure(pair, compile, m: int, new_tokens: int, rule: str = "cactus") -> dic
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--small", action="store_true", help="the tiny pair only, eager and traced (seconds)")
-    ap.add_argument("--m", type=int, default=4)
-    ap.add_argument("--new-tokens", type=int, default=24)
-    ap.add_argument("--out", default="results/bench/launch")
-    args = ap.parse_args()
+    args = Command(
+        prog="python scripts/bench_launch.py",
+        about=__doc__,
+        keys=(
+            Key("small", "the tiny pair only, eager and traced (seconds)", False, bool),
+            Key("m", "draft length", 4, int),
+            Key("new_tokens", "tokens per decode", 24, int),
+            Key("out", "result files' path without suffix (.md, .json)", "results/bench/launch"),
+        ),
+    ).parse()
     torch.set_num_threads(1)
     models = {"tiny": PAIRS["tiny"]} if args.small else {"tiny": PAIRS["tiny"], "qwen3-0.6b-shape": qwen3_06b_pair}
     engines = {"eager": None, "traced": "eager"} if args.small else ENGINES
@@ -79,7 +80,9 @@ def main():
     md += "\nops per round: top-level aten calls from Python + compiled-graph launches, prefill excluded.\n"
     md += "\nEvery rule (default parameters), tiny pair, fast engine:\n\n| rule | ops per round | host reads |\n"
     md += "|---|---|---|\n" + "\n".join(per_rule) + "\n"
-    write_results(args.out, md, {"rows": rows}, "python scripts/bench_launch.py" + (" --small" if args.small else ""))
+    write_results(
+        args.out, md, {"rows": rows}, "python scripts/bench_launch.py" + (" small=true" if args.small else "")
+    )
 
 
 if __name__ == "__main__":

@@ -2,12 +2,12 @@
 on), at B = 1, V = 151,936 (Qwen3), m ∈ {5, 10, 20}, beside one softmax over the same [1, m+1, V] tensor
 (the floor a rule kernel is compared with)."""
 
-import argparse
 import platform
 from functools import partial
 
 import torch
 
+from cactus_bench.cli import Command, Key
 from cactus_bench.perf.results import median_time, write_results
 from cactus_bench.rules import build_rule
 
@@ -25,14 +25,18 @@ RULES = [
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--vocab", type=int, default=151_936)
-    ap.add_argument("--m", type=int, nargs="+", default=[5, 10, 20])
-    ap.add_argument("--repeat", type=int, default=20)
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--out", default="results/bench/rules")
-    ap.add_argument("--small", action="store_true", help="V = 4,096, m = 5, a few repeats (seconds)")
-    args = ap.parse_args()
+    args = Command(
+        prog="python scripts/bench_rules.py",
+        about=__doc__,
+        keys=(
+            Key("vocab", "vocabulary size V", 151936, int),
+            Key("m", "draft lengths, comma-separated", [5, 10, 20], list, item=int),
+            Key("repeat", "timed calls per rule and m", 20, int),
+            Key("device", "cpu or cuda", "cuda" if torch.cuda.is_available() else "cpu"),
+            Key("out", "result files' path without suffix (.md, .json)", "results/bench/rules"),
+            Key("small", "V = 4,096, m = 5, a few repeats (seconds)", False, bool),
+        ),
+    ).parse()
     if args.small:
         args.vocab, args.m, args.repeat = 4096, [5], 3
     device = torch.device(args.device)
@@ -63,7 +67,9 @@ def main():
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     table = "\n".join(lines)
     print(table)
-    write_results(args.out, table, {"rows": rows}, "python scripts/bench_rules.py" + (" --small" if args.small else ""))
+    write_results(
+        args.out, table, {"rows": rows}, "python scripts/bench_rules.py" + (" small=true" if args.small else "")
+    )
 
 
 if __name__ == "__main__":

@@ -1,17 +1,15 @@
 """Scoring speed: seconds per GPQA reply (lm-eval's extraction chains, the authors' thinking filter), for long
 thinking-mode replies (about 4,000 tokens), with the harness's fixes and with lm-eval's stock helpers in the
 same run (the stock rebuilds its punctuation table on every call).
-
-    python scripts/bench_scoring.py [--small] [--out results/bench/scoring]
 """
 
-import argparse
 import builtins
 import random
 import statistics
 import time
 
 from cactus_bench.benchmarks import filters
+from cactus_bench.cli import Command, Key
 from cactus_bench.perf.results import write_results
 from cactus_bench.score import scorer_for
 
@@ -36,12 +34,16 @@ def per_reply(scorer, todo) -> list[float]:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--replies", type=int, default=20)
-    ap.add_argument("--words", type=int, default=3000)
-    ap.add_argument("--small", action="store_true", help="3 replies")
-    ap.add_argument("--out", default="results/bench/scoring")
-    args = ap.parse_args()
+    args = Command(
+        prog="python scripts/bench_scoring.py",
+        about=__doc__,
+        keys=(
+            Key("replies", "GPQA replies scored", 20, int),
+            Key("words", "words per reply", 3000, int),
+            Key("small", "3 replies", False, bool),
+            Key("out", "result files' path without suffix (.md, .json)", "results/bench/scoring"),
+        ),
+    ).parse()
     if args.small:
         args.replies = 3
     scorer = scorer_for("gpqa")
@@ -61,9 +63,9 @@ def main():
         f"| lm-eval 0.4.13 stock (table per call) | {statistics.median(stock):.4f} | {max(stock):.4f} |",
     ]
     print("\n".join(lines))
-    data = {"ours_s": fixed, "stock_s": stock, "args": vars(args)}
+    data = {"ours_s": fixed, "stock_s": stock, "args": dict(args)}
     write_results(
-        args.out, "\n".join(lines), data, "python scripts/bench_scoring.py" + (" --small" if args.small else "")
+        args.out, "\n".join(lines), data, "python scripts/bench_scoring.py" + (" small=true" if args.small else "")
     )
 
 

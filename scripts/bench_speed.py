@@ -6,13 +6,12 @@ methods alike):
     exactly m draft tokens, confidence threshold 0, explicit generation config);
   * our AR loop vs plain `generate(do_sample=True)`;
   * our loop's wall time vs the sum of its bare model forwards (the share of time outside the models);
-  * with --fast, also our fast path (static KV cache + torch.compile) against the same HF figures.
-Prints a Markdown table and writes it (plus JSON with the environment) next to `--out`.
+  * with fast=true, also our fast path (static KV cache + torch.compile) against the same HF figures.
+Prints a Markdown table and writes it (plus JSON with the environment) next to `out`.
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from functools import partial
@@ -20,6 +19,7 @@ from functools import partial
 import torch
 from transformers import GenerationConfig
 
+from cactus_bench.cli import Command, Key
 from cactus_bench.decode import ForwardTimer, autoregressive_generate, speculative_generate
 from cactus_bench.perf.results import write_results
 from cactus_bench.perf.shapes import PAIRS
@@ -174,21 +174,25 @@ def run_pair(name, args):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--pairs", nargs="+", default=list(PAIRS), choices=list(PAIRS))
-    ap.add_argument("--prompts", type=int, default=4)
-    ap.add_argument("--prompt-len", type=int, default=128)
-    ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--m", type=int, default=5)
-    ap.add_argument("--temperature", type=float, default=0.6)
-    ap.add_argument("--top-k", type=int, default=20)
-    ap.add_argument("--top-p", type=float, default=0.95)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    ap.add_argument("--fast", action="store_true", help="also time our fast path (compiles: ~1 min per pair)")
-    ap.add_argument("--out", default="results/bench/speed")
-    ap.add_argument("--small", action="store_true", help="the tiny pair, one prompt, 16 tokens, no --fast (seconds)")
-    args = ap.parse_args()
+    args = Command(
+        prog="python scripts/bench_speed.py",
+        about=__doc__,
+        keys=(
+            Key("pairs", "pairs timed, comma-separated", list(PAIRS), list, item=str, choices=tuple(PAIRS)),
+            Key("prompts", "prompts decoded per pair", 4, int),
+            Key("prompt_len", "prompt tokens", 128, int),
+            Key("new_tokens", "tokens per prompt", 64, int),
+            Key("m", "draft length", 5, int),
+            Key("temperature", "sampling temperature", 0.6, float),
+            Key("top_k", "top-k (0: off)", 20, int),
+            Key("top_p", "top-p", 0.95, float),
+            Key("seed", "sampling seed", 0, int),
+            Key("threads", "torch threads (default: torch's choice)", None, int),
+            Key("fast", "also time our fast path (compiles: ~1 min per pair)", False, bool),
+            Key("out", "result files' path without suffix (.md, .json)", "results/bench/speed"),
+            Key("small", "the tiny pair, one prompt, 16 tokens, no fast path (seconds)", False, bool),
+        ),
+    ).parse()
     if args.small:
         args.pairs, args.prompts, args.new_tokens, args.prompt_len, args.fast = ["tiny"], 1, 16, 32, False
     if args.threads:
@@ -229,13 +233,13 @@ def main():
                 f"**{r['fast_ar_vs_hf_generate']:.2f}x** |"
             )
     command = "python scripts/bench_speed.py" + (
-        " --small"
+        " small=true"
         if args.small
-        else f" --m {args.m} --prompts {args.prompts} --new-tokens {args.new_tokens}{' --fast' if args.fast else ''}"
+        else f" m={args.m} prompts={args.prompts} new_tokens={args.new_tokens}{' fast=true' if args.fast else ''}"
     )
     table = "\n".join(lines)
     print(table)
-    write_results(args.out, table, {"args": vars(args), "results": results}, command)
+    write_results(args.out, table, {"args": dict(args), "results": results}, command)
 
 
 if __name__ == "__main__":

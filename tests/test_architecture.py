@@ -257,7 +257,19 @@ def test_one_identity_from_the_cli_to_the_store_report_sweep_plan_and_wandb(smal
 LAYERS = (  # lowest first: a module imports only from its own layer and the ones below
     (
         "core",
-        ("registry", "intervals", "metrics", "rules", "methods", "models", "precision", "decode", "utils", "embedded"),
+        (
+            "registry",
+            "intervals",
+            "metrics",
+            "rules",
+            "methods",
+            "models",
+            "precision",
+            "cli",
+            "decode",
+            "utils",
+            "embedded",
+        ),
     ),
     ("adapters", ("benchmarks",)),
     ("app", ("app", "lm_eval_cli", "__main__")),

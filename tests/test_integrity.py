@@ -328,7 +328,7 @@ def test_a_multirun_files_its_launcher_files_under_the_results_folder(tmp_path):
 def test_report_says_written_only_when_it_wrote(tmp_path):
     from cactus_bench.report.__main__ import main
 
-    out = run_main(main, "table", "sweeps/table1.yaml", "--results", str(tmp_path), "--out", str(tmp_path / "t"))
+    out = run_main(main, "table", "sweeps/table1.yaml", f"results={tmp_path}", f"out={tmp_path / 't'}")
     assert out.returncode == 0 and "written:" not in out.stdout and not (tmp_path / "t").exists()
 
 
@@ -451,10 +451,8 @@ def test_damaged_files_are_one_paragraph_in_report_and_score(small_pair_dir, tmp
             [
                 "table",
                 str(spec),
-                "--results",
-                str(tmp_path / "runs"),
-                "--out",
-                str(tmp_path / "t"),
+                f"results={tmp_path / 'runs'}",
+                f"out={tmp_path / 't'}",
                 "limit=3",
                 "m=2",
                 "max_gen_toks=8",
@@ -468,7 +466,7 @@ def test_damaged_files_are_one_paragraph_in_report_and_score(small_pair_dir, tmp
 
 
 def test_a_table_of_another_store_is_written_beside_it(small_pair_dir, tmp_path, monkeypatch):
-    """`report table --results <other store>` wrote into results/tables/, replacing the default store's table
+    """`report table results=<other store>` wrote into results/tables/, replacing the default store's table
     of the same spec."""
     from cactus_bench.report.__main__ import main as report_main
 
@@ -482,8 +480,7 @@ def test_a_table_of_another_store_is_written_beside_it(small_pair_dir, tmp_path,
         [
             "table",
             str(ROOT / "sweeps" / "demo.yaml"),
-            "--results",
-            str(other),
+            f"results={other}",
             "limit=2",
             "m=2",
             "max_gen_toks=8",

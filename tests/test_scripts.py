@@ -1,4 +1,4 @@
-"""Every benchmark script runs in its --small mode and writes its result files (so none can silently rot).
+"""Every benchmark script runs in its small=true mode and writes its result files (so none can silently rot).
 Scripts that need vLLM run in the vLLM tier (`make test-vllm`), in its venv."""
 
 import json
@@ -26,7 +26,7 @@ SCRIPTS = [
 def test_script_runs_small(script, tmp_path):
     out = tmp_path / script
     done = subprocess.run(
-        [sys.executable, f"scripts/{script}.py", "--small", "--out", str(out)],
+        [sys.executable, f"scripts/{script}.py", "small=true", f"out={out}"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -59,7 +59,7 @@ def test_the_device_check_fits_its_window_section_by_section(tmp_path, monkeypat
     monkeypatch.setattr(dc.Check, "save", save)
     monkeypatch.setattr(dc.Check, "hidden_syncs", broken)  # cheap, and always inside the window
     out = tmp_path / "check"
-    dc.main(["--small", "--out", str(out), "--budget-s", "40", "--batches", "1"])
+    dc.main(["small=true", f"out={out}", "budget_s=40", "batches=1"])
     report = json.loads(out.with_suffix(".json").read_text())
     assert all(on_disk for _, on_disk in snapshots)
     order = [name for name, _ in snapshots if name != "skipped"]

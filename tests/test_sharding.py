@@ -150,7 +150,7 @@ def test_every_sweep_states_its_engine_and_its_cells_run_it():
         row, data = spec["rows"][0], spec["data"][0]
         assert compose_cell(spec, row, data).engine.name == spec["engine"]
         assert {"override /engine": spec["engine"]} in cell_config(spec, row, data)["defaults"]
-    _, spec_overrides, hydra_overrides = parse(["sweeps/table1.yaml", "engine=eager"])
+    _, spec_overrides, hydra_overrides, _, _ = parse(["sweeps/table1.yaml", "engine=eager"])
     assert spec_overrides == {"engine": "eager"} and hydra_overrides == []
     spec = load_spec(ROOT / "sweeps" / "table1.yaml", spec_overrides)
     assert compose_cell(spec, spec["rows"][1], "gsm8k").engine.name == "eager"

@@ -134,7 +134,7 @@ def test_demo_shows_the_accuracy_acceptance_trade_off(env):
             assert low <= s["paired_speedup"] <= high
     table = out.stdout
     assert "speedup (paired)" in table and " ± " in table and " [" in table and "Δ score vs verifier" in table
-    fig = run([sys.executable, "-m", "cactus_bench.report", "figures", "--out", str(results / "figures")], env)
+    fig = run([sys.executable, "-m", "cactus_bench.report", "figures", f"out={results / 'figures'}"], env)
     assert "fig1_tradeoff_arith_tiny" in fig.stdout and "fig3_speedup_arith_tiny" in fig.stdout
 
 

@@ -2,7 +2,7 @@
 
 Needs only torch, transformers and this package's core (the GPU box has nothing else). Builds random
 models with the real shapes of Qwen3-0.6B (drafter) and Qwen3-8B (verifier) in bf16 on CUDA, or, with
---small, small shapes in fp32 on whatever device there is (the CPU dry run), and measures, saving both
+small=true, small shapes in fp32 on whatever device there is (the CPU dry run), and measures, saving both
 files after every section (a crash or the device's time limit keeps what was measured):
 
   1. smoke: the small shapes on this device, eager vs the fast engine, tokens equal in fp32 (a fault of the
@@ -23,13 +23,12 @@ Each section is guarded: one that fails saves its traceback and the check goes o
 run past the time budget is skipped with the reason saved; its estimate counts the graphs it must compile
 at the first compile's measured time.
 
-    python scripts/device_check.py --out $OUT/h200          # on the lent GPU machine (files come back)
-    python scripts/device_check.py --small --out results/gpu/cpu_small
+    python scripts/device_check.py out=$OUT/h200          # on the lent GPU machine (files come back)
+    python scripts/device_check.py small=true out=results/gpu/cpu_small
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 import traceback
@@ -40,6 +39,7 @@ from pathlib import Path
 
 import torch
 
+from ..cli import Command, Key
 from ..decode import Engine, EngineOptions, ForwardTimer, Job, Warper
 from ..decode.cache import buckets_between, kv_bucket
 from ..decode.graphs import COMPILES
@@ -345,7 +345,7 @@ class Check:
                 )
             self.section("agreement", self.agreement, 20, graphs=2)
         else:
-            self.report["skipped"].append("fast engine (--no-compile)")
+            self.report["skipped"].append("fast engine (no_compile=true)")
         compiled_one = "error" not in self.report.get("round_fast", {"error": 1})
         batched_graphs = (
             sum(self.graphs("sps", a.context) for rows in a.batches if rows > 1 or not compiled_one) if fast else 0
@@ -356,19 +356,21 @@ class Check:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--small", action="store_true", help="small fp32 shapes (a CPU dry run)")
-    ap.add_argument("--out", default="results/gpu/device_check")
-    ap.add_argument("--context", type=int, default=400)
-    ap.add_argument("--new-tokens", type=int, default=96)
-    ap.add_argument("--m", type=int, default=10)
-    ap.add_argument("--batches", type=int, nargs="+", default=[1, 4])
-    ap.add_argument("--long-context", type=int, default=3500, help="the long-context sections' prompt (0: none)")
-    ap.add_argument(
-        "--budget-s", type=float, default=None, help="skip sections that would run past this (default 450; --small 240)"
-    )
-    ap.add_argument("--no-compile", action="store_true", help="skip the fast engine")
-    args = ap.parse_args(argv)
+    args = Command(
+        prog="python -m cactus_bench.perf.device_check",
+        about=__doc__,
+        keys=(
+            Key("small", "small fp32 shapes (a CPU dry run)", False, bool),
+            Key("out", "result files' path without suffix (.md, .json)", "results/gpu/device_check"),
+            Key("context", "prompt tokens of the main sections", 400, int),
+            Key("new_tokens", "tokens per decode", 96, int),
+            Key("m", "draft length", 10, int),
+            Key("batches", "batch sizes of the batched section, comma-separated", [1, 4], list, item=int),
+            Key("long_context", "the long-context sections' prompt (0: none)", 3500, int),
+            Key("budget_s", "skip sections that would run past this (default 450; small: 240)", None, float),
+            Key("no_compile", "skip the fast engine", False, bool),
+        ),
+    ).parse(argv)
     if args.budget_s is None:
         args.budget_s = 240 if args.small else 450  # a CPU compiles slowly: the dry run in a test's time
     if args.small:

@@ -1,12 +1,9 @@
-"""python -m cactus_bench.report table SPEC [overrides] | figures [overrides]
-
-Tables (CSV, Markdown, LaTeX) and figures (PNG, PDF) from the stored runs, into `paths.tables` and
-`paths.figures` (conf/paths: results/ unless CACTUS_BENCH_RESULTS or --results moves it). Overrides are the
-Hydra overrides the runs were made with beyond the spec's (e.g. sampling=greedy)."""
+"""Tables (CSV, Markdown, LaTeX) and figures (PNG, PDF) from the stored runs, into `paths.tables` and
+`paths.figures` (conf/paths: results/ unless CACTUS_BENCH_RESULTS or results= moves it). `table` renders one
+table spec; `figures` every figure spec of sweeps/."""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import yaml
@@ -14,34 +11,44 @@ import yaml
 from ..app.runs import AmbiguousRuns, load_runs
 from ..app.schema import SWEEPS_DIR, default_paths
 from ..app.store import StoreError
+from ..cli import Command, Key
 from .figures import figures
 from .specs import load_spec
 from .tables import render_table
 
 
+def command() -> Command:
+    paths = default_paths()
+    return Command(
+        prog="python -m cactus_bench.report",
+        about=__doc__,
+        positional=(
+            Key("what", "what to render", required=True, choices=("table", "figures")),
+            Key("spec", "the table spec (sweeps/*.yaml), for `table`"),
+        ),
+        keys=(
+            Key("results", "the stored runs", paths.runs),
+            Key(
+                "out",
+                f"where to write (default {paths.tables} / {paths.figures}; with results= elsewhere: tables/ or "
+                "figures/ beside that runs folder, so another store's outputs never replace these)",
+            ),
+            Key("pair", "the spec's pair overridden (e.g. tiny)"),
+        ),
+        overrides="the Hydra overrides the runs were made with beyond the spec's (e.g. sampling=greedy)",
+        examples=("python -m cactus_bench.report table sweeps/table1.yaml", "python -m cactus_bench.report figures"),
+    )
+
+
 def main(argv=None):
     paths = default_paths()
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["table", "figures"])
-    ap.add_argument("spec", nargs="?", help="table spec (sweeps/*.yaml) for `table`")
-    ap.add_argument("overrides", nargs="*", help="Hydra overrides the runs were made with (e.g. sampling=greedy)")
-    ap.add_argument("--results", default=paths.runs, help=f"the stored runs (default {paths.runs})")
-    ap.add_argument(
-        "--out",
-        default=None,
-        help=f"where to write (default {paths.tables} / {paths.figures}; with --results elsewhere: tables/ or "
-        "figures/ beside that runs folder, so another store's outputs never replace these)",
-    )
-    ap.add_argument("--pair", default=None, help="override the spec's pair (e.g. tiny)")
-    args = ap.parse_intermixed_args(argv)  # options after the overrides work too
-    if args.what == "figures" and args.spec and "=" in args.spec:  # `figures key=value`: no spec, an override
-        args.overrides.insert(0, args.spec)
+    args = command().parse(argv)
     runs = load_runs(args.results)
     elsewhere = Path(args.results).resolve() != Path(paths.runs).resolve()
     beside = Path(args.results).parent  # another store's tables and figures go beside it
     if args.what == "table":
         if not args.spec:
-            ap.error("`table` needs a spec, e.g. sweeps/table1.yaml")
+            raise SystemExit("error: `table` needs a spec, e.g. python -m cactus_bench.report table sweeps/table1.yaml")
         spec = load_spec(args.spec, {"pair": args.pair})
         try:
             out = args.out or (beside / "tables" if elsewhere else paths.tables)
