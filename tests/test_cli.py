@@ -2,6 +2,7 @@
 a generated --help, and answers bad input (an unknown key, a flag in another style, a bad value, a missing
 required setting) with one paragraph and exit status 2, before any work."""
 
+import importlib
 import runpy
 from pathlib import Path
 
@@ -89,7 +90,8 @@ SCRIPTS = sorted(p for p in (ROOT / "scripts").glob("bench_*.py"))
 def _main_of(target):
     if isinstance(target, Path):
         return lambda: runpy.run_path(str(target), run_name="__main__")
-    return lambda: runpy.run_module(target, run_name="__main__")
+    module = importlib.import_module(target)
+    return getattr(module, "main", None) or importlib.import_module(f"{target}.__main__").main
 
 
 @pytest.mark.parametrize("target", TOOLS + SCRIPTS, ids=lambda t: t.stem if isinstance(t, Path) else t)
