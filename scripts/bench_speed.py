@@ -187,7 +187,9 @@ def main():
             Key("top_k", "top-k (0: off)", 20, int),
             Key("top_p", "top-p", 0.95, float),
             Key("seed", "sampling seed", 0, int),
-            Key("threads", "torch threads (default: torch's choice)", None, int),
+            Key(
+                "threads", "torch threads (pinned: the default threads of a shared machine collapse under load)", 1, int
+            ),
             Key("fast", "also time our fast path (compiles: ~1 min per pair)", False, bool),
             Key("out", "result files' path without suffix (.md, .json)", "results/bench/speed"),
             Key("small", "the tiny pair, one prompt, 16 tokens, no fast path (seconds)", False, bool),
