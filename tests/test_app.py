@@ -575,7 +575,7 @@ def test_progress_off_a_terminal_is_a_line_per_tenth_of_the_items():
     """A log file got thousands of carriage-return updates from the bar; now ten lines, and a bar on a TTY."""
     import io
 
-    from cactus_bench.app.run import LineProgress, progress
+    from cactus_bench.app.progress import LineProgress, progress
 
     log = io.StringIO()
     bar = progress(25, "sps arith", True, stream=log)

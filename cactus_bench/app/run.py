@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
-import sys
 import threading
 from dataclasses import replace
 
@@ -20,8 +19,9 @@ from ..decode.api import Decoder, ModelLoadError, backend, build_decoder
 from ..embedded import resolve_model
 from . import offline, timing
 from .config import RunSpec, validate
-from .identity import RunIdentity
-from .store import RunStore, StoreError, duplicated_items, read_timings
+from .progress import progress, shown
+from .store import RunStore, StoreError, read_timings
+from .summary import merge
 from .tracking import NullTracker, accepted_length_figure, make_tracker
 
 log = logging.getLogger("cactus_bench")
@@ -124,7 +124,7 @@ def _run(spec: RunSpec) -> dict:
             finished.append(record)
             tracker.log_sample(len(finished), record)
             live = metrics.derive(metrics.pool(finished))
-            bar.set_postfix(AL=_shown(live["accepted_length"], "{:.2f}"), tok_s=_shown(live["tokens_per_s"], "{:.1f}"))
+            bar.set_postfix(AL=shown(live["accepted_length"], "{:.2f}"), tok_s=shown(live["tokens_per_s"], "{:.1f}"))
         bar.close()
         stored = store.stored_summary()
         covered = stored is not None and stored.get("samples", 0) > len(items)  # a smaller rerun adds no timing
@@ -145,22 +145,6 @@ def _run(spec: RunSpec) -> dict:
             store.finish("interrupted")
         tracker.finish(None, [])
         raise
-
-
-def relative_readings(cfg: DictConfig, samples: list[dict], ident: RunIdentity) -> dict:
-    """The run's relative metrics (Δ score, Rej, speedups) against this setting's stored reference runs, read
-    as the tables read them (`metrics.read`: a withheld value is left out, a caveat kept). Stored in the run's
-    summary as of when it was written; tables recompute them on the items every cell shares."""
-    from .tracking import reference_samples
-
-    refs, out = reference_samples(cfg, ident), {}
-    for m in metrics.METRICS.values():
-        if m.relative is not None and refs.get(m.reference) is not None:
-            reading = metrics.read(m, samples, refs)
-            out.update({k: v for k, v in metrics.flatten(m.name, reading.value).items() if v is not None})
-            if reading.caveat is not None:
-                out[f"{m.name}_caveat"] = reading.caveat
-    return out
 
 
 def time_sample(spec: RunSpec, bench, store, items, mine, device) -> None:
@@ -192,103 +176,3 @@ def choose_sample(bench, items: list, n: int, seed: int) -> list:
 def shard_items(items: list, shard: tuple[int, int] | None) -> list:
     """Shard i of n decodes items i, i + n, i + 2n, ... (round-robin: long and short items spread evenly)."""
     return items if shard is None else items[shard[0] :: shard[1]]
-
-
-def merge(spec: RunSpec, bench: Benchmark, store: RunStore, wanted: list) -> dict:
-    """The run's summary over every shard's samples. Written (with the benchmark's files) only when every
-    wanted item is present exactly once, and never over a stored summary of more items (a rerun with a
-    smaller limit reads a subset: it is returned, not written); otherwise the missing shards are named and
-    the run stays incomplete. A duplicated item (two writers of one shard) is refused."""
-    dup = duplicated_items(store.folder)
-    if dup:
-        item, places = next(iter(dup.items()))
-        file, line = places[-1].rsplit(":", 1)
-        raise StoreError(
-            f"{store.folder}: item {item} is stored more than once (at {', '.join(places)}; {len(dup)} such "
-            f"items): two processes wrote it. Keep one line per item (delete the later copies, e.g. "
-            f"`sed -i '{line}d' {store.folder / file}`) and run again to summarise."
-        )
-    have = {s["index"]: s for s in store.samples()}
-    samples = [have[k] for k in wanted if k in have]
-    cfg, method, ident = spec.cfg, spec.method, spec.identity
-    summary = summarise(spec, samples, bench)
-    if method.uses_drafter:  # against this setting's stored reference runs, read as the tables read them
-        summary.update(relative_readings(cfg, samples, ident))
-    summary["better"] = metrics.directions(summary)  # self-describing: which way each metric is better
-    missing = [pos for pos, k in enumerate(wanted) if k not in have]
-    summary["complete"] = not missing
-    if missing:
-        n = store.shard[1] if store.shard else 1
-        shards = sorted({pos % n for pos in missing})
-        names = ", ".join(f"shard={i}/{n}" for i in shards) if store.shard else "this run"
-        log.warning("run %s is incomplete: %d of %d items missing (%s)", store.folder, len(missing), len(wanted), names)
-        summary["missing_shards"] = [f"{i}/{n}" for i in shards] if store.shard else []
-        return summary
-    stored = store.stored_summary()
-    if stored is not None and stored.get("samples", 0) > len(samples):
-        log.info(
-            "summary of %d items (limit=%s) returned, not written: %s keeps its summary of %d items",
-            len(samples),
-            cfg.limit,
-            store.folder,
-            stored["samples"],
-        )
-        return summary
-    store.write_summary(summary)
-    for name, text in bench.artifacts(samples).items():
-        store.write_artifact(name, text)
-    return summary
-
-
-class LineProgress:
-    """Progress where no terminal reads it (a log file, CI, a SLURM job): one line per tenth of the items
-    instead of a bar's thousands of carriage-return updates."""
-
-    def __init__(self, total: int, desc: str, stream=None):
-        self.total, self.desc, self.done, self.postfix = total, desc, 0, {}
-        self.every = max(1, -(-total // 10))
-        self.stream = stream or sys.stderr
-
-    def update(self) -> None:
-        self.done += 1
-        if self.done % self.every == 0 or self.done == self.total:
-            extra = "".join(f" {k}={v}" for k, v in self.postfix.items())
-            print(f"{self.desc}: {self.done}/{self.total}{extra}", file=self.stream, flush=True)
-
-    def set_postfix(self, **values) -> None:
-        self.postfix = values
-
-    def close(self) -> None:
-        pass
-
-
-def progress(total: int, desc: str, enabled: bool, stream=None):
-    """A tqdm bar on a terminal, `LineProgress` elsewhere, nothing when progress=false."""
-    from tqdm.auto import tqdm
-
-    stream = stream or sys.stderr
-    if enabled and not stream.isatty():
-        return LineProgress(total, desc, stream)
-    # smoothing=0: time left from the average rate so far (a batched run finishes rows in bursts, and the
-    # default moving average of the latest burst put the first estimate minutes off)
-    return tqdm(total=total, desc=desc, disable=not enabled, file=stream, smoothing=0)
-
-
-def _shown(value: float | None, fmt: str) -> str:
-    return "–" if value is None else fmt.format(value)  # "–" as in the tables: no figure, not a zero
-
-
-def summarise(spec: RunSpec, samples: list[dict], bench: Benchmark) -> dict:
-    cfg, method, ident = spec.cfg, spec.method, spec.identity
-    return {
-        "run_key": ident.key,
-        "pair": ident.pair_name,
-        "method": method.name,
-        "params": dict(method.params),
-        "data": cfg.data.label,  # the subset too (gpqa_diamond, not gpqa)
-        "m": ident.m,  # null for the verifier alone: it drafts nothing
-        "seed": cfg.seed,
-        "experiment": cfg.experiment_name,
-        **metrics.decode_metrics(samples),
-        **bench.summarise(samples),
-    }
