@@ -1,14 +1,10 @@
-"""No silent wrong numbers (issue: item-set integrity, pre-emption-safe runs): a summary never shrinks, every
-table cell is computed on one stated item set, an unreadable neighbour is skipped, timings cover what they
-claim; SIGTERM, lost heartbeats, full disks and bad lines end in one paragraph with the store intact."""
+"""No silent wrong numbers: timings cover what they claim and every reader shows a timed metric's caveat,
+seeds pool by item, tables of another store go beside it, damaged files and signals end in one paragraph.
+(The store's own guarantees are in test_store.py, the lock's in test_lock.py.)"""
 
-import errno
 import json
 import os
-import re
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,87 +13,19 @@ from pathlib import Path
 import pytest
 
 from cactus_bench.app import run as run_mod
-from cactus_bench.app.config import validate
-from cactus_bench.app.lock import LockHeld, RunLock
 from cactus_bench.app.runs import load_runs
-from cactus_bench.app.store import RunStore, StoreError, read_samples, read_samples_file, run_dir
+from cactus_bench.app.store import read_samples_file, run_dir
 from cactus_bench.benchmarks.data import DataError
-from cactus_bench.report import build_table, load_spec, render_table
+from cactus_bench.report import build_table, render_table
 
 from .helpers.cli import run_main
 from .helpers.configs import cfg_of, pair_overrides
-from .helpers.guards import refuse
-from .helpers.runs import run_killed_after
+from .helpers.runs import TINY, demo_spec, run_cell
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ("pair=tiny", "data=arith", "m=2", "max_gen_toks=8", "progress=false")
-
-
-def demo_spec(**over):
-    return load_spec(ROOT / "sweeps" / "demo.yaml", {"m": 2, "max_gen_toks": 8, "limit": 6, **over})
-
-
-def run_cell(method, *extra, results, pair_dir, limit=6):
-    return run_mod.run(cfg_of(*TINY, f"method={method}", f"limit={limit}", *extra, results=results, pair_dir=pair_dir))
 
 
 # --- wrong numbers, silently -------------------------------------------------------------------------------
-
-
-def test_a_smaller_limit_never_shrinks_the_summary_and_tables_state_their_items(small_pair_dir, tmp_path):
-    """Rerunning a finished 6-item run with limit=2 reads 2 items without touching its summary; a table
-    over runs of different sizes computes every cell, Rej included, on the items they share, and says n."""
-    for method in ("ar", "sps"):
-        run_cell(method, results=tmp_path, pair_dir=small_pair_dir)
-    folder = run_dir(cfg_of(*TINY, "method=sps", "limit=6", results=tmp_path, pair_dir=small_pair_dir))
-    before = (folder / "summary.json").read_text()
-    small = run_cell("sps", results=tmp_path, pair_dir=small_pair_dir, limit=2)
-    assert small["samples"] == 2 and (folder / "summary.json").read_text() == before
-    run_cell("tas", results=tmp_path, pair_dir=small_pair_dir, limit=4)  # a run of fewer items beside them
-    spec = demo_spec()
-    md, _ = render_table(spec, load_runs(tmp_path), tmp_path / "t", pair_overrides(small_pair_dir))
-    rows = {line.split("|")[1].strip(): line for line in md.splitlines() if line.startswith("| ")}
-    assert rows["SpS"].rstrip(" |").endswith("4") and rows["TAS"].rstrip(" |").endswith("4")
-    assert "every cell is computed on the 4 items all its runs share" in md
-
-
-def test_a_smaller_rerun_changes_nothing_a_finished_run_stored(small_pair_dir, tmp_path):
-    """A finished 6-item run (batched, with a 3-item timing sample), rerun at limit=2: its config, manifest
-    status and limit, summary and timing lines are as they were (before, the config and manifest said limit=2
-    and the timing sample of the 2-item subset was appended)."""
-    common = ("batch_size=4", "timing_sample=3")
-    run_cell("sps", *common, results=tmp_path, pair_dir=small_pair_dir)
-    folder = run_dir(cfg_of(*TINY, "method=sps", "limit=6", *common, results=tmp_path, pair_dir=small_pair_dir))
-    files = ("config.yaml", "summary.json", "timing.jsonl")
-    before = {name: (folder / name).read_text() for name in files}
-    manifest = json.loads((folder / "manifest.json").read_text())
-    assert manifest["limit"] == 6 and len(before["timing.jsonl"].splitlines()) == 3
-    run_cell("sps", *common, results=tmp_path, pair_dir=small_pair_dir, limit=2)
-    assert {name: (folder / name).read_text() for name in files} == before
-    after = json.loads((folder / "manifest.json").read_text())
-    assert (after["status"], after["limit"]) == ("complete", 6) and len(after["history"]) == 2
-
-
-def test_a_run_never_mixes_precisions(small_pair_dir, tmp_path, monkeypatch):
-    """dtype=auto is float32 on a CPU and bfloat16 on CUDA: a run started on a CPU and continued where CUDA
-    is found is refused before any model loads, in one paragraph naming what differs; pinning the dtype it
-    was decoded in continues it."""
-    from cactus_bench.app import config
-
-    auto = ("pair.dtype=auto", "pair.device=auto")
-    run_cell("sps", *auto, results=tmp_path, pair_dir=small_pair_dir, limit=2)
-    monkeypatch.setattr(config, "resolve_device", lambda device: "cuda:0")  # this machine "has" a GPU now
-    monkeypatch.setattr(run_mod, "get_decoder", refuse("models must not load"))
-    with pytest.raises(StoreError, match="verifier_dtype was float32, here it would be bfloat16"):
-        run_cell("sps", *auto, results=tmp_path, pair_dir=small_pair_dir, limit=4)
-    folder = run_dir(cfg_of(*TINY, "method=sps", "limit=2", *auto, results=tmp_path, pair_dir=small_pair_dir))
-    assert json.loads((folder / "manifest.json").read_text())["resolved"]["drafter_dtype"] == "float32"
-    store = RunStore.open(
-        validate(
-            cfg_of(*TINY, "method=sps", "limit=4", "pair.dtype=float32", results=tmp_path, pair_dir=small_pair_dir)
-        )
-    )  # pinned: another run (its own folder), no refusal
-    store.finish("interrupted")
 
 
 def test_paired_timing_added_on_resume_times_every_item(small_pair_dir, tmp_path):
@@ -120,21 +48,6 @@ def test_a_batched_run_times_its_sample_and_withholds_task_time(small_pair_dir, 
     md, _ = render_table(spec, load_runs(tmp_path), tmp_path / "t", pair_overrides(small_pair_dir))
     sps = next(line for line in md.splitlines() if line.startswith("| SpS"))
     assert "n=3" in sps and "withheld, the runs were decoded in batches" in md
-
-
-def test_an_unreadable_neighbour_is_skipped_with_one_warning(small_pair_dir, tmp_path, caplog):
-    run_cell("sps", results=tmp_path, pair_dir=small_pair_dir)
-    broken = tmp_path / "arith" / "small" / "broken_run"
-    shutil.copytree(next((tmp_path / "arith" / "small").iterdir()), broken)
-    (broken / "summary.json").write_text('{"samples": 3, "sco')  # cut short
-    other = tmp_path / "arith" / "small" / "no_config"
-    shutil.copytree(broken, other)
-    (other / "summary.json").write_text("{}")
-    (other / "config.yaml").write_text("method: [")
-    runs = load_runs(tmp_path)
-    assert len(runs) == 1 and caplog.text.count("skipping") == 2 and "broken_run" in caplog.text
-    md, path = render_table(demo_spec(), runs, tmp_path / "t", pair_overrides(small_pair_dir))
-    assert path is not None and "SpS" in md
 
 
 def test_replies_scored_as_another_dataset_are_refused(small_pair_dir, tmp_path):
@@ -185,84 +98,6 @@ def test_a_signal_ends_a_run_in_one_line_with_the_store_intact(small_pair_dir, t
     assert all(line.endswith("}") for line in samples.read_text().splitlines())  # nothing torn
     assert not (folder / ".lock").exists()
     assert json.loads((folder / "manifest.json").read_text())["status"] == "interrupted"
-
-
-def test_a_lock_from_another_host_is_taken_over_only_after_its_heartbeat_stops(tmp_path, monkeypatch, caplog):
-    lock = tmp_path / ".lock"
-    lock.write_text(json.dumps({"host": "node-7", "pid": 4242, "since": "then"}))
-    with pytest.raises(LockHeld, match="node-7"):  # its heartbeat is fresh: a live job elsewhere
-        RunLock(lock).acquire()
-    old = time.time() - 301
-    os.utime(lock, (old, old))  # pre-empted: no heartbeat for five minutes
-    taken = RunLock(lock).acquire()
-    assert json.loads(lock.read_text())["host"] == socket.gethostname()
-    assert "taking over the lock" in caplog.text and "node-7 has sent no heartbeat" in caplog.text
-    monkeypatch.setattr("cactus_bench.app.lock.HEARTBEAT_S", 0.05)
-    taken.release()
-    beating = RunLock(lock).acquire()  # a held lock's file is touched while its writer lives
-    os.utime(lock, (old, old))
-    time.sleep(0.3)
-    assert time.time() - lock.stat().st_mtime < 5
-    beating.release()
-
-
-def test_the_lock_is_taken_before_the_models_load(small_pair_dir, tmp_path, monkeypatch):
-    cfg = cfg_of(*TINY, "method=sps", "limit=2", results=tmp_path, pair_dir=small_pair_dir)
-    holder = RunStore.open(validate(cfg))
-    monkeypatch.setattr(run_mod, "get_decoder", refuse("loaded the pair before the lock"))
-    with pytest.raises(LockHeld):
-        run_mod.run(cfg)
-    holder.finish("interrupted")
-
-
-def test_a_folder_that_cannot_be_written_fails_before_the_models_load(small_pair_dir, tmp_path, monkeypatch):
-    (tmp_path / "file").write_text("")  # paths.runs under a file: nothing can be created there
-    cfg = cfg_of(*TINY, "method=sps", "limit=2", results=tmp_path / "file" / "runs", pair_dir=small_pair_dir)
-    monkeypatch.setattr(run_mod, "get_decoder", refuse("loaded the pair first"))
-    with pytest.raises(StoreError, match="cannot write .*file/runs.*Free space or fix the folder's permissions"):
-        run_mod.run(cfg)
-
-
-def test_a_full_disk_names_the_file_and_keeps_what_was_written(small_pair_dir, tmp_path, monkeypatch):
-    cfg = cfg_of(*TINY, "method=sps", "limit=4", results=tmp_path, pair_dir=small_pair_dir)
-    from cactus_bench.app import store as store_mod
-
-    real, writes = os.fsync, []
-
-    def fsync(fd):
-        writes.append(fd)
-        if len(writes) > 2:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real(fd)
-
-    monkeypatch.setattr(store_mod.os, "fsync", fsync)
-    with pytest.raises(StoreError, match=r"cannot write .*samples.jsonl \(No space left on device\)") as e:
-        run_mod.run(cfg)
-    monkeypatch.setattr(store_mod.os, "fsync", real)
-    said = re.search(r"The (\d+) sample\(s\) written so far are intact", str(e.value))
-    assert said and int(said.group(1)) == len(read_samples(run_dir(cfg))) > 0  # the count it says is what is there
-    assert run_mod.run(cfg)["samples"] == 4  # the same command resumes
-    unborn = tmp_path / "never" / "samples.jsonl"
-    assert "No sample had been written yet" in store_mod.unwritable(unborn, OSError(errno.ENOSPC, "full"))
-
-
-def test_a_truncated_manifest_is_named(small_pair_dir, tmp_path):
-    cfg = cfg_of(*TINY, "method=sps", "limit=1", results=tmp_path, pair_dir=small_pair_dir)
-    run_mod.run(cfg)
-    (run_dir(cfg) / "manifest.json").write_text('{"status": "compl')
-    with pytest.raises(StoreError, match="manifest.json is not valid JSON"):
-        run_mod.run(cfg)
-
-
-def test_sample_lines_a_reader_keeps_and_those_it_names(tmp_path):
-    path = tmp_path / "samples.jsonl"
-    path.write_bytes(b'{"index": 0, "id": 0}\n{"index": 1, "id": 1}')  # the last newline never written
-    assert [s["index"] for s in read_samples_file(path, repair=True)] == [0, 1]
-    assert path.read_bytes().endswith(b"}\n")  # kept, and its newline added
-    for bad, why in ((b'{"index": 0}\n\xff\xfe\n{"index": 2}\n', "utf-8"), (b'{"index": 0}\n{"id": 5}\n', "index")):
-        path.write_bytes(bad)
-        with pytest.raises(StoreError, match=f"line 2, is not a valid sample .*{why}.*sed -i '2d'"):
-            read_samples_file(path)
 
 
 # --- a calm command line --------------------------------------------------------------------------------------
@@ -340,18 +175,6 @@ def test_scores_are_named_after_the_whole_folder():
 
 
 # --- batched runs resume at any batch size ---------------------------------------------------------------------
-
-
-def test_a_run_killed_at_batch_16_resumes_at_batch_4_with_every_item_once(small_pair_dir, tmp_path, monkeypatch):
-    cfg16 = cfg_of(*TINY, "method=cactus", "limit=24", "batch_size=16", results=tmp_path, pair_dir=small_pair_dir)
-    assert len(run_killed_after(cfg16, 9, monkeypatch)) == 9
-    cfg4 = cfg_of(*TINY, "method=cactus", "limit=24", "batch_size=4", results=tmp_path, pair_dir=small_pair_dir)
-    assert run_dir(cfg4) == run_dir(cfg16)  # the batch size is not part of the run's identity
-    summary = run_mod.run(cfg4)
-    indices = [s["index"] for s in read_samples(run_dir(cfg4))]
-    assert sorted(indices) == list(range(24)) and summary["samples"] == 24
-    history = json.loads((run_dir(cfg4) / "manifest.json").read_text())["history"]
-    assert [h["batch_size"] for h in history] == [16, 4]  # recorded per process
 
 
 def test_every_reader_shows_a_timed_metric_with_the_same_caveat(small_pair_dir, tmp_path, monkeypatch):

@@ -1,81 +1,14 @@
-"""One run split into shards: the same samples as unsharded, merged only when every item is present once."""
+"""The sweep (sweep.py) and its cost plan (plan.py): each cell is the same run however it is run, every sweep
+states its engine, and the plan prices every cell from stored runs, measurements or the cost model."""
 
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 
-from cactus_bench.app import run as run_mod
-from cactus_bench.app.config import ConfigError, validate
-from cactus_bench.app.lock import LockHeld
 from cactus_bench.app.schema import CONF_DIR
-from cactus_bench.app.store import RunStore, StoreError, read_samples, run_dir
-
-from .helpers.configs import cfg_of as helper_cfg_of
 
 ROOT = Path(__file__).resolve().parents[1]
-ARGS = ("pair=tiny", "data=arith", "method=cactus", "delta=0.75", "m=2", "max_gen_toks=8", "limit=5", "progress=false")
-
-
-def cfg_of(*overrides, results, pair_dir):
-    return helper_cfg_of(*ARGS, *overrides, results=results, pair_dir=pair_dir)
-
-
-def test_two_shards_give_the_unsharded_samples_token_for_token(small_pair_dir, tmp_path):
-    whole = run_mod.run(cfg_of(results=tmp_path / "one", pair_dir=small_pair_dir))
-    first = run_mod.run(cfg_of("shard=0/2", results=tmp_path / "two", pair_dir=small_pair_dir))
-    assert not first["complete"] and first["missing_shards"] == ["1/2"]  # named, and no summary yet
-    folder = run_dir(cfg_of("shard=0/2", results=tmp_path / "two", pair_dir=small_pair_dir))
-    assert not (folder / "summary.json").exists()
-    assert {p.name for p in folder.glob("samples*.jsonl")} == {"samples.shard-0-of-2.jsonl"}
-    merged = run_mod.run(cfg_of("shard=1/2", results=tmp_path / "two", pair_dir=small_pair_dir))
-    assert merged["complete"] and (folder / "summary.json").exists()
-    one = {
-        s["index"]: s["tokens"]
-        for s in read_samples(run_dir(cfg_of(results=tmp_path / "one", pair_dir=small_pair_dir)))
-    }
-    two = {s["index"]: s["tokens"] for s in read_samples(folder)}
-    assert one == two and len(one) == 5
-    assert merged["accepted_length"] == whole["accepted_length"] and merged["score"] == whole["score"]
-
-
-def test_a_duplicated_item_is_refused_at_merge(small_pair_dir, tmp_path):
-    for shard in ("0/2", "1/2"):
-        run_mod.run(cfg_of(f"shard={shard}", results=tmp_path, pair_dir=small_pair_dir))
-    folder = run_dir(cfg_of("shard=0/2", results=tmp_path, pair_dir=small_pair_dir))
-    copy = (folder / "samples.shard-0-of-2.jsonl").read_text().splitlines()[0]
-    with open(folder / "samples.shard-1-of-2.jsonl", "a") as f:
-        f.write(copy + "\n")
-    n = len((folder / "samples.shard-1-of-2.jsonl").read_text().splitlines())  # the copy's line: named, with the fix
-    with pytest.raises(
-        StoreError,
-        match=rf"item 0 is stored more than once \(at samples.shard-0-of-2.jsonl:1, samples.shard-1-of-2.jsonl:{n};"
-        rf".*sed -i '{n}d'",
-    ):
-        run_mod.run(cfg_of("shard=1/2", results=tmp_path, pair_dir=small_pair_dir))
-
-
-def test_one_writer_per_shard_and_the_other_shard_goes_on(small_pair_dir, tmp_path):
-    holder = RunStore.open(validate(cfg_of("shard=0/2", results=tmp_path, pair_dir=small_pair_dir)))
-    with pytest.raises(LockHeld, match=r"\.lock\.shard-0-of-2|being written by"):
-        run_mod.run(cfg_of("shard=0/2", results=tmp_path, pair_dir=small_pair_dir))
-    assert not run_mod.run(cfg_of("shard=1/2", results=tmp_path, pair_dir=small_pair_dir))["complete"]
-    holder.finish("interrupted")
-
-
-def test_an_unfinished_run_keeps_its_sharding(small_pair_dir, tmp_path):
-    run_mod.run(cfg_of("shard=0/2", results=tmp_path, pair_dir=small_pair_dir))
-    with pytest.raises(StoreError, match="other sharding"):
-        run_mod.run(cfg_of("shard=0/3", results=tmp_path, pair_dir=small_pair_dir))
-    with pytest.raises(StoreError, match="other sharding"):
-        run_mod.run(cfg_of(results=tmp_path, pair_dir=small_pair_dir))
-
-
-def test_shard_values_are_checked():
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        for bad in ("3/2", "1", "a/b", "-1/2"):
-            with pytest.raises(ConfigError, match="shard="):
-                validate(compose("config", overrides=[f"shard={bad}"]))
 
 
 def test_plan_prints_a_costed_table_for_table1():
