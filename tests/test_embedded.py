@@ -3,6 +3,7 @@
 import json
 import re
 import shutil
+import threading
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from cactus_bench.embedded.build import cache_problem, ensure_pair
 from cactus_bench.embedded.tokenizer import chat_text, train_tokenizer
 from cactus_bench.models import load_pair
 
+from .helpers.configs import cfg_of
 from .helpers.paths import SMALL_SPEC
 
 SMALL = SMALL_SPEC
@@ -244,3 +246,23 @@ def test_readme_and_make_help_give_the_same_test_time():
     make = re.search(r"^test:.*## .*about (\w+) minutes", (root / "Makefile").read_text(), re.M).group(1)
     readme = re.findall(r"make test(?![-\w])[^\n]*?about (\w+) minutes", (root / "README.md").read_text())
     assert readme and set(readme) == {make}
+
+
+def test_the_embedded_pair_has_a_short_default_budget():
+    assert cfg_of("pair=tiny").max_gen_toks == 128 and cfg_of().max_gen_toks == 4096
+    assert cfg_of("pair=tiny", "max_gen_toks=32").max_gen_toks == 32
+
+
+def test_a_waiting_builder_says_so(tmp_path):
+    import fcntl
+
+    from cactus_bench.embedded.build import _locked
+
+    lock = tmp_path / "pair.lock"
+    held = open(lock, "a")
+    fcntl.flock(held, fcntl.LOCK_EX)
+    threading.Timer(0.5, lambda: (fcntl.flock(held, fcntl.LOCK_UN), held.close())).start()
+    said = []
+    with _locked(lock, said.append):
+        pass
+    assert said and "waiting for another process" in said[0]

@@ -6,10 +6,13 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import stat
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -25,6 +28,8 @@ from cactus_bench.report import render_table
 from .helpers.configs import cfg_of, pair_overrides
 from .helpers.guards import refuse
 from .helpers.runs import SHARDED, TINY, demo_spec, run_cell, run_killed_after
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_smaller_limit_never_shrinks_the_summary_and_tables_state_their_items(small_pair_dir, tmp_path):
@@ -310,3 +315,37 @@ def test_shard_values_are_checked():
         for bad in ("3/2", "1", "a/b", "-1/2"):
             with pytest.raises(ConfigError, match="shard="):
                 validate(compose("config", overrides=[f"shard={bad}"]))
+
+
+def slow_run(tmp_path, pair_dir, *extra):
+    """A CLI run that takes a while (the verifier alone on 200 GSM8K prompts), for signals."""
+    env = {**os.environ, "CACTUS_BENCH_RESULTS": str(tmp_path)}
+    args = ["pair=tiny", "data=gsm8k", "method=ar", "limit=200", "max_gen_toks=64", "progress=false"]
+    cmd = [sys.executable, "-m", "cactus_bench", *args, *pair_overrides(pair_dir), *extra]
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_samples(root: Path, pattern: str, n: int = 1, timeout: float = 120) -> Path:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for path in root.glob(pattern):
+            if len(read_samples_file(path)) >= n:
+                return path
+        time.sleep(0.05)
+    raise AssertionError("no samples appeared")
+
+
+@pytest.mark.parametrize("sig,code,name", [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGINT, 130, "Ctrl-C")])
+def test_a_signal_ends_a_run_in_one_line_with_the_store_intact(small_pair_dir, tmp_path, sig, code, name):
+    """SIGTERM (scancel, pre-emption) like Ctrl-C: the sample in flight is dropped, every stored line is
+    whole, the lock released, the run marked interrupted, one line said; the same command resumes."""
+    proc = slow_run(tmp_path, small_pair_dir)
+    samples = wait_for_samples(tmp_path / "runs", "gsm8k/small/ar_s0_*/samples.jsonl")
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, err[-2000:]
+    assert f"interrupted ({name})" in err and "Traceback" not in err
+    folder = samples.parent
+    assert all(line.endswith("}") for line in samples.read_text().splitlines())  # nothing torn
+    assert not (folder / ".lock").exists()
+    assert json.loads((folder / "manifest.json").read_text())["status"] == "interrupted"

@@ -6,7 +6,10 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
+from cactus_bench.app import run as run_mod
 from cactus_bench.app.schema import CONF_DIR
+
+from .helpers.cli import run_main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,3 +90,32 @@ def test_every_sweep_states_its_engine_and_its_cells_run_it():
     assert spec_overrides == {"engine": "eager"} and hydra_overrides == []
     spec = load_spec(ROOT / "sweeps" / "table1.yaml", spec_overrides)
     assert compose_cell(spec, spec["rows"][1], "gsm8k").engine.name == "eager"
+
+
+def test_a_sweep_checks_every_cell_before_running_any(tmp_path, monkeypatch):
+    from cactus_bench import sweep
+
+    monkeypatch.setattr(run_mod, "run", lambda *a, **k: pytest.fail("a cell ran before every cell was checked"))
+    out = run_main(
+        sweep.main,
+        "sweeps/lossy_tradeoff.yaml",
+        "pair=tiny",
+        "limit=3",
+        "max_gen_toks=16",
+        "data=arith",
+        env={"CACTUS_BENCH_RESULTS": str(tmp_path)},
+        prog="cactus_bench.sweep",
+    )
+    text = " ".join(out.stderr.split())
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "lossy_tradeoff, cell SpS on arith (tiny): m=20 is not valid" in text
+
+
+def test_a_multirun_files_its_launcher_files_under_the_results_folder(tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    from cactus_bench.app.schema import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", [f"paths.results={tmp_path}"], return_hydra_config=True)
+    assert str(cfg.hydra.sweep.dir).startswith(f"{tmp_path}/multirun/")

@@ -43,3 +43,24 @@ def run_main(main, *args, env: dict | None = None, prog: str = "cactus_bench") -
             lg.propagate = propagate
         GlobalHydra.instance().clear()
     return Result(code, out.getvalue(), err.getvalue())
+
+
+def cli(*args, env=None):
+    """`python -m cactus_bench ARGS`, in this process (what it prints and its exit status)."""
+    from cactus_bench.__main__ import main
+
+    return run_main(main, *args, env=env)
+
+
+def one_paragraph(out) -> str:
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr, out.stderr[-2000:]
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, out.stderr
+    return " ".join(out.stderr.split())
+
+
+def score_cli(*args):
+    from cactus_bench.score import main
+
+    return run_main(main, *args, prog="cactus_bench.score")
