@@ -117,3 +117,20 @@ def test_a_backend_rule_and_metric_from_an_installed_package_run_the_whole_app(t
     )
     said = out.stdout + out.stderr
     assert out.returncode != 0 and "engine.backend='canned' is not valid: choose one of hf, vllm" in said
+
+
+def test_a_task_from_an_installed_package_is_found_and_scored(monkeypatch):
+    """A dataset from outside: the plugin's task YAML (entry point group `cactus_bench.tasks`) is found
+    beside the project's, its prompts built and its replies scored by lm-eval; without the package, the
+    same task is unknown (the control)."""
+    from cactus_bench.benchmarks.data import DataError
+    from cactus_bench.benchmarks.scoring import TaskScorer
+
+    with pytest.raises(DataError, match="unknown lm-eval task 'plug_echo'"):
+        TaskScorer("plug_echo", "exact_match,none")
+    monkeypatch.syspath_prepend(str(PLUGIN))
+    scorer = TaskScorer("plug_echo", "exact_match,none")
+    prompts = scorer.prompts()
+    assert [p.context for p in prompts] == ["Say cactus:", "Say drafter:"] and prompts[0].until == ["\n"]
+    assert scorer.score(0, "cactus") == {"exact_match,none": 1.0}
+    assert scorer.score(1, "cactus") == {"exact_match,none": 0.0}

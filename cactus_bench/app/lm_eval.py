@@ -129,12 +129,13 @@ def decoder_of(model_args: dict) -> Decoder:
 
 
 def task_manager():
-    """lm-eval's task manager with the project's tasks (`cactus_gsm8k`, `cactus_arith`, ...) added."""
+    """lm-eval's task manager with the project's tasks (`cactus_gsm8k`, `cactus_arith`, ...) added, and those
+    of installed packages (`benchmarks.scoring.task_dirs`)."""
     from lm_eval.tasks import TaskManager
 
-    from ..benchmarks.scoring import TASKS_DIR
+    from ..benchmarks.scoring import task_dirs
 
-    return TaskManager(include_path=str(TASKS_DIR))
+    return TaskManager(include_path=task_dirs())
 
 
 register_model("cactus")(CactusLM)

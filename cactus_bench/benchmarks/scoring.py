@@ -10,6 +10,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from pathlib import Path
 
 from lm_eval.api.metrics import mean, stderr_for_metric
@@ -19,9 +20,16 @@ from . import filters  # noqa: F401  (registers the authors' filters the task YA
 from .data import DataError
 
 TASKS_DIR = Path(__file__).parent / "tasks"
+TASKS_GROUP = "cactus_bench.tasks"  # entry points naming a package whose folder holds more task YAMLs
 FEWSHOT_SEED = 1234  # the authors' fewshot_random_seed, set on every task (spec.py)
 FEWSHOT_AS_MULTITURN = False  # lm-eval's default layout, which the authors use: exemplars + question in one turn
 BOOTSTRAP_ITERS = 1000  # only for aggregations without a closed-form stderr (IFEval's instruction level)
+
+
+def task_dirs() -> list[Path]:
+    """Where lm-eval finds the project's tasks: benchmarks/tasks/, then the folder of each package an
+    installed distribution names under the `cactus_bench.tasks` entry-point group (a dataset from outside)."""
+    return [TASKS_DIR, *(Path(ep.load().__file__).parent for ep in entry_points(group=TASKS_GROUP))]
 
 
 @dataclass
@@ -57,13 +65,14 @@ class TaskScorer:
         tokenizer_name: str = "",
     ):
         manager = TaskManager(
-            include_path=str(TASKS_DIR),
+            include_path=task_dirs(),
             include_defaults=False,
             metadata={"data_root": str(data_root) if data_root else None},
         )
         if task not in manager.all_tasks:
             raise DataError(
-                f"unknown lm-eval task {task!r}; the project's tasks (benchmarks/tasks/*.yaml): "
+                f"unknown lm-eval task {task!r}; the project's tasks (benchmarks/tasks/*.yaml and the "
+                f"`{TASKS_GROUP}` entry points): "
                 f"{', '.join(t for t in manager.all_tasks if not t.startswith('_'))}"
             )
         self.name = task
