@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import sys
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
@@ -43,19 +44,11 @@ class Key:
             raise ValueError(f"a{'n' if self.kind is int else ''} {self.kind.__name__}") from None
 
 
-class Args(dict):
-    """The parsed settings by name (also as attributes), and the Hydra overrides passed through."""
+class Args(SimpleNamespace):
+    """The parsed settings as attributes (`vars(args)`: all of them), and `overrides`: the Hydra overrides
+    passed through. A namespace, not a dict, so a setting may be named `items` or `keys`."""
 
     overrides: list[str]
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    def __setattr__(self, name: str, value: Any) -> None:  # `args.m = [5]` (a --small preset) sets the setting
-        self[name] = value
 
 
 @dataclass(frozen=True)
@@ -102,8 +95,7 @@ class Command:
 
     def _parse(self, argv: list[str]) -> Args:
         by_name = {k.name: k for k in self.keys}
-        out = Args({k.name: k.default for k in (*self.positional, *self.keys)})
-        out.overrides = []
+        out = Args(**{k.name: k.default for k in (*self.positional, *self.keys)}, overrides=[])
         words = []
         args = iter(argv)
         for arg in args:
@@ -113,7 +105,7 @@ class Command:
             key = by_name.get(name.lower().replace("-", "_")) if eq else None
             if key is not None:
                 try:
-                    out[key.name] = key.convert(value)
+                    setattr(out, key.name, key.convert(value))
                 except ValueError as e:
                     raise ValueError(f"{key.name}={value!r} is not valid: {e}") from None
             elif eq and self.overrides:
@@ -128,11 +120,11 @@ class Command:
             raise ValueError(f"unexpected {' '.join(words[len(self.positional) :])!r}: settings are key=value")
         for key, word in zip(self.positional, words):
             try:
-                out[key.name] = key.convert(word)
+                setattr(out, key.name, key.convert(word))
             except ValueError as e:
                 raise ValueError(f"{key.name.upper()} {word!r} is not valid: {e}") from None
         missing = [k.name.upper() for k in self.positional[len(words) :] if k.required]
-        missing += [f"{k.name}=" for k in self.keys if k.required and out[k.name] is None]
+        missing += [f"{k.name}=" for k in self.keys if k.required and getattr(out, k.name) is None]
         if missing:
             raise ValueError(f"{', '.join(missing)} is required")
         return out

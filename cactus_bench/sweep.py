@@ -61,7 +61,7 @@ COMMAND = Command(
 def parse(argv: list[str]) -> tuple[str, dict, list[str], int, int]:
     """The spec's path, its overrides, the runs' Hydra overrides, shards and slots per GPU."""
     args = COMMAND.parse(argv)
-    spec_overrides = {k.name: args[k.name] for k in SPEC_KEYS if args[k.name] is not None}
+    spec_overrides = {k.name: getattr(args, k.name) for k in SPEC_KEYS if getattr(args, k.name) is not None}
     return args.spec, spec_overrides, args.overrides, args.shards, args.slots_per_gpu
 
 

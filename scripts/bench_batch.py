@@ -94,7 +94,7 @@ def main():
         )
         print(lines[-1], flush=True)
     command = "python scripts/bench_batch.py" + (" small=true" if args.small else "")
-    write_results(args.out, "\n".join(lines), {"args": dict(args), "results": results}, command)
+    write_results(args.out, "\n".join(lines), {"args": vars(args), "results": results}, command)
 
 
 if __name__ == "__main__":

@@ -82,7 +82,7 @@ def main():
     write_results(
         args.out,
         "\n".join(lines),
-        {"args": dict(args), "results": result},
+        {"args": vars(args), "results": result},
         "python scripts/bench_fast.py" + (" small=true" if args.small else ""),
     )
 

@@ -63,7 +63,7 @@ def main():
         f"| lm-eval 0.4.13 stock (table per call) | {statistics.median(stock):.4f} | {max(stock):.4f} |",
     ]
     print("\n".join(lines))
-    data = {"ours_s": fixed, "stock_s": stock, "args": dict(args)}
+    data = {"ours_s": fixed, "stock_s": stock, "args": vars(args)}
     write_results(
         args.out, "\n".join(lines), data, "python scripts/bench_scoring.py" + (" small=true" if args.small else "")
     )

@@ -241,7 +241,7 @@ def main():
     )
     table = "\n".join(lines)
     print(table)
-    write_results(args.out, table, {"args": dict(args), "results": results}, command)
+    write_results(args.out, table, {"args": vars(args), "results": results}, command)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ COMMAND = Command(
         Key("dry_run", "print only", False, bool),
         Key("batches", "sizes", [1], list, item=int),
         Key("entity", "who", required=True),
+        Key("items", "a setting named like a dict method", 64, int),
     ),
     overrides="Hydra overrides",
 )
@@ -40,10 +41,11 @@ def parse_error(command: Command, argv: list[str], capsys) -> str:
 
 def test_settings_are_typed_and_the_rest_are_overrides():
     args = COMMAND.parse(["s.yaml", "SHARDS=8", "dry_run=yes", "batches=1,4", "entity=me", "sampling=greedy", "+x=1"])
+    assert args.items == 64 and COMMAND.parse(["s", "entity=me", "items=16"]).items == 16  # not dict.items
     assert (args.spec, args.extra, args.shards, args.gpu, args.dry_run) == ("s.yaml", None, 8, "h100", True)
     assert args.batches == [1, 4] and args.entity == "me" and args.overrides == ["sampling=greedy", "+x=1"]
     args.shards = 2  # a preset (small=true) changes the setting itself
-    assert args["shards"] == 2 and dict(args)["shards"] == 2
+    assert vars(args)["shards"] == 2
 
 
 @pytest.mark.parametrize(
