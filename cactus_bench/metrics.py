@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 from .intervals import Estimate, bootstrap, paired_difference, ratio_interval, ratio_of_sums
 from .registry import Registry
+from .timing_conditions import timing_caveat
 
 COUNTERS = (
     "new_tokens",
@@ -301,62 +302,6 @@ def throughput_speedup(samples: list[dict], baseline_samples: list[dict]) -> flo
     if not common:
         return None
     return _ratio(tokens_per_s(pool(common)), tokens_per_s(pool([base[s["id"]] for s in common])))
-
-
-# --- the conditions a time was taken under ------------------------------------------------------------------
-
-BUSY = 1.0  # runnable processes per core (1-minute load average / cores) above which a machine is busy
-
-
-def condition_class(c: dict) -> tuple:
-    """What two timings must share to be compared: host, device, threads, batch size, quiet or busy."""
-    return (c.get("host"), c.get("device"), c.get("threads"), c.get("batch_size"), c.get("load", 0) > BUSY)
-
-
-def describe(c: tuple) -> str:
-    host, device, threads, batch, busy = c
-    return f"{host}/{device}, {threads} thread(s), batch {batch}, {'busy' if busy else 'quiet'}"
-
-
-def timing_caveat(metric: Metric, samples: list[dict], reference: list[dict] | None = None) -> tuple[bool, str] | None:
-    """Why a timed metric's value must not be read as it stands: (withheld, reason), or None when it may.
-    A paired speedup mixing items timed under different conditions (a resume on a busier or another
-    machine) is flagged; a task-time speedup of runs decoded in batches is withheld (a batched item's
-    wall time is not its own), and one whose two runs were timed under different conditions is flagged."""
-    if not metric.timed:
-        return None
-    if metric.sampled is not None:
-        timed = [s for s in samples if s["stats"].get("paired_method_time") is not None]
-        kinds = {condition_class(s.get("timing_conditions", {})) for s in timed}
-        if len(kinds) > 1:
-            return False, f"{metric.label}: its items were timed under {len(kinds)} conditions: " + "; ".join(
-                sorted(map(describe, kinds))
-            )
-        return _busy(metric, kinds)
-    if reference is None:
-        return None
-    sides = {
-        name: {condition_class(s.get("conditions", {})) for s in runs}
-        for name, runs in (("method", samples), ("baseline", reference))
-    }
-    if any(c[3] not in (1, None) for kinds in sides.values() for c in kinds):
-        return (
-            True,
-            f"{metric.label}: withheld, the runs were decoded in batches (see the timed sample's paired speedup)",
-        )
-    if sides["method"] != sides["baseline"] or len(sides["method"]) > 1:
-        return False, f"{metric.label}: the two runs were timed under different conditions: " + "; ".join(
-            sorted(map(describe, sides["method"] | sides["baseline"]))
-        )
-    return _busy(metric, sides["method"])
-
-
-def _busy(metric: Metric, kinds: set[tuple]) -> tuple[bool, str] | None:
-    """A time taken on a busy machine measures the load as well as the code: flagged, not withheld."""
-    busy = sorted(describe(k) for k in kinds if k[4])
-    if not busy:
-        return None
-    return False, f"{metric.label}: timed on a busy machine (load above {BUSY:g} per core: {'; '.join(busy)})"
 
 
 # --- pooling --------------------------------------------------------------------------------------------

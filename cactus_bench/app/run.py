@@ -17,6 +17,7 @@ from ..benchmarks.base import Benchmark, make_benchmark
 from ..benchmarks.data import DataError
 from ..decode.api import Decoder, ModelLoadError, backend, build_decoder
 from ..embedded import resolve_model
+from ..timing_conditions import condition_class, describe
 from . import offline, timing
 from .config import RunSpec, validate
 from .progress import progress, shown
@@ -162,7 +163,7 @@ def time_sample(spec: RunSpec, bench, store, items, mine, device) -> None:
     log.info(
         "timing %d item(s) at batch size 1 beside the verifier alone (%s)",
         len(todo),
-        metrics.describe(metrics.condition_class(here)),
+        describe(condition_class(here)),
     )
     paired = get_decoder(spec, batch_size=1, paired_timing=True)
     for record in timing.time_items(bench, paired, todo, stored, here):

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from .. import metrics
+from ..timing_conditions import condition_class
 
 log = logging.getLogger("cactus_bench")
 PAIRED = ("paired_baseline_time", "paired_method_time", "paired_baseline_first", "paired_baseline_tokens")
@@ -72,10 +72,8 @@ def choose(items: list, key, order, n: int, seed: int) -> list:
 
 def to_time(chosen: list, key, timings: dict, here: dict) -> list:
     """The chosen items that lack a timing taken under today's conditions (new, or a resume elsewhere)."""
-    now = metrics.condition_class(here)
-    return [
-        it for it in chosen if key(it) not in timings or metrics.condition_class(timings[key(it)]["conditions"]) != now
-    ]
+    now = condition_class(here)
+    return [it for it in chosen if key(it) not in timings or condition_class(timings[key(it)]["conditions"]) != now]
 
 
 def time_items(bench, decoder, items: list, stored: dict[Any, dict], here: dict) -> Iterator[dict]:
