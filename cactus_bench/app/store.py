@@ -229,6 +229,7 @@ class RunStore:
                     "t_start": time.time(),
                     "host": socket.gethostname(),
                     "pid": os.getpid(),
+                    "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),  # which GPU this process saw
                     "slurm_job": slurm_job(),
                     # how this process decodes (not part of the run's identity)
                     "engine": OmegaConf.to_container(cfg.engine, resolve=True),
