@@ -115,6 +115,26 @@ def test_one_host_read_per_round(pair, compile, speculative_rule):
     assert measured["host_syncs_per_round"] == 1.0, measured["reads"]
 
 
+def test_the_drafter_is_fed_only_what_its_cache_lacks(pair, monkeypatch):
+    """After a rejection the drafter's cache lacks one committed token (the correction), after a fully
+    accepted round two (the last draft and the bonus): a round's first draft step feeds exactly that at
+    batch size 1 (before: always two, a wider forward than needed in most rounds)."""
+    m, widths = 3, []
+    real = cache_mod.ModelRunner.forward
+
+    def spy(self, ids, *args, **kwargs):
+        if self.model is pair[0]:
+            widths.append(ids.shape[1])
+        return real(self, ids, *args, **kwargs)
+
+    monkeypatch.setattr(cache_mod.ModelRunner, "forward", spy)
+    (out,) = decode(speculative(pair, m=m), jobs([[1, 2, 3]], new_tokens=60))
+    first = widths[::m]
+    assert widths[1::m] == widths[2::m] == [1] * len(first)
+    expected = [2] + [2 if a == m else 1 for a in out.rounds.accepted[:-1]]
+    assert first == expected and {1, 2} <= set(first), (first, out.rounds.accepted)
+
+
 def test_traced_ops_per_round_do_not_grow_with_depth():
     """Eager dispatches every layer's ops; the compiled engine launches one graph per forward and a fixed
     set of ops per round (uniforms, the rule's decision, the verdict), whatever the depth."""
@@ -193,23 +213,27 @@ def fresh_pair():
     return tiny_pair(vocab_size=64, logit_scale=3.0, seed=int(torch.randint(1000, (1,))))
 
 
-@pytest.mark.parametrize("speculative_rule", ["cactus", None], ids=["speculative", "verifier_alone"])
-def test_no_graph_is_compiled_while_an_item_is_timed(speculative_rule):
-    """The warm-up compiles every graph of the run (each key bucket its rows pass through) before the first
-    item is admitted: no item's wall time includes compiling. Control: without the warm-up, the first items
-    compile their graphs while they are timed (what tokens/s and speedups included before)."""
+@pytest.mark.parametrize("speculative_rule,m", [("cactus", 4), ("sps", 1), (None, 4)], ids=["m4", "m1", "alone"])
+def test_no_graph_is_compiled_while_an_item_is_timed(speculative_rule, m):
+    """The warm-up compiles every graph of the run (each key bucket its rows pass through, and at m = 1 both
+    widths of the first draft step) before the first item is admitted: no item's wall time includes
+    compiling. Control: without the warm-up, the first items compile their graphs while they are timed (what
+    tokens/s and speedups included before)."""
     prompts = [[1, 2, 3], [4] * 70, [6, 7]]  # rows in two key buckets (64 and 96 positions)
 
-    def compiled_per_item(warm_up):
+    def decoded(warm_up):
         drafter, verifier = fresh_pair()
         options = EngineOptions(1, "eager", warm_up=warm_up)
-        engine = Engine(verifier, drafter, build_rule("cactus"), 4, options=options)
         if speculative_rule is None:
-            engine = Engine(verifier, options=options)
-        return [o.graphs_compiled for o in decode(engine, jobs(prompts, new_tokens=20))]
+            return decode(Engine(verifier, options=options), jobs(prompts, new_tokens=20))
+        engine = Engine(verifier, drafter, build_rule(speculative_rule), m, options=options)
+        return decode(engine, jobs(prompts, new_tokens=20))
 
-    assert compiled_per_item(True) == [0, 0, 0]
-    assert sum(compiled_per_item(False)) > 0
+    warm = decoded(True)
+    assert [o.graphs_compiled for o in warm] == [0, 0, 0]
+    if m == 1 and speculative_rule:  # rounds after a rejection (a one-token first step) were decoded too
+        assert any(a < d for o in warm for a, d in zip(o.rounds.accepted, o.rounds.drafted))
+    assert sum(o.graphs_compiled for o in decoded(False)) > 0
 
 
 def test_each_model_has_its_own_recompile_limit_and_passing_it_is_an_error(monkeypatch):

@@ -3,9 +3,10 @@
 Every row is one request with its own committed tokens, cache positions, random stream, budget, EOS and
 stop strings. A speculative round, for all rows together:
 
-  draft   m drafter steps: the first feeds each row's last two committed tokens (rewriting the second to
-          last: the drafter's cache always lacks one or two, so one shape serves every row), the rest one
-          token each; p_j is warped, d_j sampled with the row's uniform. Every row drafts m tokens; a row's
+  draft   m drafter steps: the first feeds what the drafter's cache lacks (the last committed token after a
+          rejection; the last two after a fully accepted round or the prompt: then rows lacking one rewrite
+          their second to last, so one shape serves every row), the rest one token each; p_j is warped, d_j
+          sampled with the row's uniform. Every row drafts m tokens; a row's
           draft counts up to its first EOS and its token budget (decided on the device: the law of what is
           kept is that of drafting one token at a time and stopping there).
   verify  one verifier forward over each row's last committed token + its m drafts: q_1..q_{m+1}.
@@ -23,6 +24,7 @@ The verifier-alone loop is the same with no drafter: one token per step for ever
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -133,7 +135,7 @@ class Engine:
         buckets = buckets_between(shortest, capacity)
         widths = {"verifier": [self.m + 1] if self.rule is not None else [1]}
         if self.rule is not None:
-            widths["drafter"] = [2, 1] if self.m > 1 else [2]
+            widths["drafter"] = [2, 1]  # the first step feeds one or two tokens, the rest one
         parts = [f"{name} {len(w)} width(s) x {len(buckets)} buckets" for name, w in widths.items()]
         total = sum(len(w) for w in widths.values()) * len(buckets)
         return f"up to {total} graphs ({'; '.join(parts)}: {', '.join(map(str, buckets))} positions)"
@@ -152,11 +154,13 @@ class Engine:
             for runner in (self.vm, self.dm):  # caches allocate at their first (eager) prefill, never in a graph
                 if runner is not None:
                     runner.prefill(list(range(rows)), [[0]] * rows)
+            # the drafter's first step feeds two tokens, or one: at m = 1 no later step has that shape
+            lags = (2, 1) if self.m == 1 else (2,)
             for bucket in todo:
                 length = max(bucket - lookahead, 2)  # every forward of the round reads this bucket's keys
-                for _ in range(2 if self.device.type == "cuda" else 1):
+                for _, lag in itertools.product(range(2 if self.device.type == "cuda" else 1), lags):
                     job = Job([0] * length, lookahead + 2, torch.Generator().manual_seed(0))
-                    fake: list[Row | None] = [Row(job, [0] * length, 0.0, 0.0) for _ in range(rows)]
+                    fake: list[Row | None] = [Row(job, [0] * length, 0.0, 0.0, lag=lag) for _ in range(rows)]
                     self._round(fake) if self.rule is not None else self._ar_step(fake)
                 self._warm.add((rows, bucket))
         log.info(
@@ -206,10 +210,11 @@ class Engine:
         live = [r for r in slots if r is not None]
         clock = _Clock(self.device, self.options.sync_timing)
         u = self._uniforms(slots, 2 * m + 1)  # [B, 2m+1]: drafts, accept tests, the sampled token
-        # draft: the first step feeds each row's last two committed tokens
+        # draft: the first step feeds what the drafter lacks (one token, or two if any row lacks two)
         lengths = [len(r.committed) if r is not None else 2 for r in slots]
-        dm.set_positions([n - 2 for n in lengths])
-        x = to_device([r.committed[-2:] if r is not None else [0, 0] for r in slots], torch.long, self.device)
+        lag = max(r.lag for r in live)
+        dm.set_positions([n - lag for n in lengths])
+        x = to_device([r.committed[-lag:] if r is not None else [0] * lag for r in slots], torch.long, self.device)
         reach = max(lengths)
         need_raw = rule.needs_raw
         probs, raws, drafts = [], [], []
@@ -257,6 +262,7 @@ class Engine:
             tokens, reason = _commit([int(t) for t in emitted[: n + 1]], self.eos, row.left)
             row.committed += tokens
             row.generated += tokens
+            row.lag = 2 if n == m else 1  # the drafter never fed its last draft; after a rejection it has d_1..d_n
             if reason is None and row.job.stop is not None and row.job.stop(row.generated):
                 reason = "stop"
             row.has_kl = row.has_kl or v.kl is not None
