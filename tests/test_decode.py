@@ -41,8 +41,8 @@ def fresh_kv(model, ids):
 def rollback_errors(drafter, verifier, prompts, *, rule="sps", m=3, batch_size=1, new_tokens=40, full=True):
     """Decode `prompts` (batch_size rows, refilled as they finish); after every round, the largest gap
     between what each row's caches hold and a fresh forward over its committed tokens (the verifier holds
-    all but the last, the drafter all but the last one or two: `row.lag`). Rounds with a rejection (and with `full`, rounds
-    that accepted every draft) must have happened."""
+    all but the last, the drafter all but the last one or two: `row.lag`). Rounds with a rejection (and
+    with `full`, rounds that accepted every draft) must have happened."""
     errors, seen = [], {"rejections": 0, "full": 0, "rows": set()}
 
     def check(engine, slots):
