@@ -6,9 +6,9 @@ stop strings. A speculative round, for all rows together:
   draft   m drafter steps: the first feeds what the drafter's cache lacks (the last committed token after a
           rejection; the last two after a fully accepted round or the prompt: then rows lacking one rewrite
           their second to last, so one shape serves every row), the rest one token each; p_j is warped, d_j
-          sampled with the row's uniform. Every row drafts m tokens; a row's
-          draft counts up to its first EOS and its token budget (decided on the device: the law of what is
-          kept is that of drafting one token at a time and stopping there).
+          sampled with the row's uniform. Every row drafts m tokens; a row's draft counts up to its first
+          EOS and its token budget (decided on the device: the law of what is kept is that of drafting one
+          token at a time and stopping there).
   verify  one verifier forward over each row's last committed token + its m drafts: q_1..q_{m+1}.
   accept  the rule decides every row at once (`Rule.verify` with n_drafts and the row's uniforms).
   commit  the round's one host read: emitted tokens, accept counts, KL; rows commit their tokens, cut at
