@@ -11,6 +11,7 @@ EOS stop), from the paper's sampling (T 0.6, top-k 20, top-p 0.95), m = 4. Needs
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import statistics
@@ -20,6 +21,7 @@ import torch
 
 from cactus_bench.cli import Command, Key
 from cactus_bench.perf.results import spread, write_results
+from cactus_bench.perf.transformers_reference import assistant_setup, sampling
 
 PROMPTS = [
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many",
@@ -132,48 +134,29 @@ def main():
 
         return go
 
-    # transformers' sampling, as every engine here samples: exactly n tokens, no EOS stop
-    sampled = dict(
-        do_sample=True,
-        temperature=T,
-        top_k=K,
-        top_p=P,
-        max_new_tokens=n,
-        min_new_tokens=n,
-        eos_token_id=None,
-        pad_token_id=0,
-    )
+    # transformers' sampling, as every engine here samples: exactly n tokens, no EOS stop; an assistant warps
+    # its logits once and drafts exactly m tokens a round (`transformers_reference`)
+    sampled = sampling(T, K, P, n)
 
     def hf(spec: bool):
-        from transformers import GenerationConfig
-
-        cfg = GenerationConfig(
-            **sampled,
-            num_assistant_tokens=m,
-            num_assistant_tokens_schedule="constant",
-            assistant_confidence_threshold=0.0,
-        )
+        assistant = {"assistant_model": pair.drafter} if spec else {}
 
         def go(batch, seed):
             for i, x in enumerate(batch):  # transformers' assisted generation takes one sequence at a time
                 torch.manual_seed(seed + i)
-                with torch.inference_mode():
-                    pair.verifier.generate(
-                        torch.tensor([x]), generation_config=cfg, assistant_model=pair.drafter if spec else None
-                    )
+                drafting = assistant_setup(pair.drafter, m) if spec else contextlib.nullcontext()
+                with drafting, torch.inference_mode():
+                    pair.verifier.generate(torch.tensor([x]), **sampled, **assistant)
 
         return go
 
     def hf_batched(batch, seed):
-        from transformers import GenerationConfig
-
         width = max(len(x) for x in batch)
         input_ids = torch.tensor([[0] * (width - len(x)) + x for x in batch])
         mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in batch])
-        cfg = GenerationConfig(**sampled)
         torch.manual_seed(seed)
         with torch.inference_mode():
-            pair.verifier.generate(input_ids, attention_mask=mask, generation_config=cfg)
+            pair.verifier.generate(input_ids, attention_mask=mask, **sampled)
 
     cases = {}
     for method, spec in (("verifier alone", False), ("SpS", True)):

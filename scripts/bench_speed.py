@@ -2,8 +2,10 @@
 
 For each pair, on the same prompts, m and sampling (interleaved per prompt, so machine noise hits all
 methods alike):
-  * our SpS loop vs `generate(assistant_model=drafter, do_sample=True)` made fair (constant schedule of
-    exactly m draft tokens, confidence threshold 0, explicit generation config);
+  * our SpS loop vs `generate(assistant_model=drafter, do_sample=True)` made fair: the same law (each model
+    warps its logits once; transformers as shipped warps the drafter's twice, hf_assistant=as_shipped) and
+    exactly m drafts a round (`cactus_bench.perf.transformers_reference`), so τ agrees and the ratio is the
+    loops' speed;
   * our AR loop vs plain `generate(do_sample=True)`;
   * our loop's wall time vs the sum of its bare model forwards (the share of time outside the models), and
     the SpS ratio our loop would reach with no time outside them: the ceiling of any bookkeeping change,
@@ -15,17 +17,18 @@ Prints a Markdown table and writes it (plus JSON with the environment) next to `
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from functools import partial
 
 import torch
-from transformers import GenerationConfig
 
 from cactus_bench.cli import Command, Key
 from cactus_bench.decode import ForwardTimer, autoregressive_generate, speculative_generate
 from cactus_bench.perf.results import write_results
 from cactus_bench.perf.shapes import PAIRS
+from cactus_bench.perf.transformers_reference import ASSISTANT_WARPS, assistant_setup, sampling
 
 
 class ForwardMeter:
@@ -51,34 +54,21 @@ class ForwardMeter:
 
 
 def hf_generate(verifier, drafter, ids, args, seed):
-    cfg = GenerationConfig(
-        do_sample=args.temperature > 0,
-        temperature=args.temperature or None,
-        top_k=args.top_k or None,
-        top_p=args.top_p,
-        max_new_tokens=args.new_tokens,
-        min_new_tokens=args.new_tokens,
-        eos_token_id=None,
-        pad_token_id=0,
-    )
-    kw = {}
+    kw = sampling(args.temperature, args.top_k, args.top_p, args.new_tokens, assistant_warps=args.hf_assistant)
+    drafting = contextlib.nullcontext()
     if drafter is not None:
-        # transformers ignores num_assistant_tokens passed to generate(): set it on the drafter's config,
-        # with a constant schedule and no confidence stop, so every round drafts exactly m tokens.
-        drafter.generation_config.num_assistant_tokens = args.m
-        drafter.generation_config.num_assistant_tokens_schedule = "constant"
-        drafter.generation_config.assistant_confidence_threshold = 0.0
         kw["assistant_model"] = drafter
+        drafting = assistant_setup(drafter, args.m)
     torch.manual_seed(seed)
     meter = ForwardMeter(verifier, *([drafter] if drafter is not None else []))
     t = time.perf_counter()
-    with torch.inference_mode():
-        out = verifier.generate(torch.tensor([ids]), generation_config=cfg, **kw)
+    with drafting, torch.inference_mode():
+        out = verifier.generate(torch.tensor([ids]), **kw)
     wall = time.perf_counter() - t
     meter.remove()
     new = out.shape[1] - len(ids)
-    # the verifier's first call is the prefill
-    return {"tokens": new, "wall": wall, "tau": new / max(meter.n - 1, 1), "fwd_share": meter.t / wall}
+    # assisted generation verifies its first drafts in the prompt's forward: verifier calls = rounds, as ours
+    return {"tokens": new, "wall": wall, "tau": new / meter.n, "fwd_share": meter.t / wall}
 
 
 def run_pair(name, args):
@@ -86,7 +76,7 @@ def run_pair(name, args):
     vocab = verifier.config.vocab_size
     g = torch.Generator().manual_seed(args.seed)
     prompts = [torch.randint(0, vocab, (args.prompt_len,), generator=g).tolist() for _ in range(args.prompts)]
-    sampling = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
+    warping = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
 
     def ours_sps(ids, seed, **engine_kw):
         timer = ForwardTimer()
@@ -99,7 +89,7 @@ def run_pair(name, args):
             max_new_tokens=args.new_tokens,
             generator=torch.Generator().manual_seed(seed),
             forward_timer=timer,
-            **sampling,
+            **warping,
             **engine_kw,
         )
         s = out.summary()
@@ -118,7 +108,7 @@ def run_pair(name, args):
             ids,
             max_new_tokens=args.new_tokens,
             generator=torch.Generator().manual_seed(seed),
-            **sampling,
+            **warping,
             **engine_kw,
         )
         return {"tokens": len(out.tokens), "wall": out.wall_time, "tau": 1.0}
@@ -202,6 +192,13 @@ def main():
             Key("top_k", "top-k (0: off)", 20, int),
             Key("top_p", "top-p", 0.95, float),
             Key("seed", "sampling seed", 0, int),
+            Key(
+                "hf_assistant",
+                "transformers' assisted generation: same_law (each model warps once, as ours) or as_shipped "
+                "(transformers 5.17-5.24 warp the drafter twice: a sharper p, lower τ)",
+                "same_law",
+                choices=ASSISTANT_WARPS,
+            ),
             Key(
                 "threads", "torch threads (pinned: the default threads of a shared machine collapse under load)", 1, int
             ),
