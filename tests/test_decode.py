@@ -41,8 +41,8 @@ def fresh_kv(model, ids):
 def rollback_errors(drafter, verifier, prompts, *, rule="sps", m=3, batch_size=1, new_tokens=40, full=True):
     """Decode `prompts` (batch_size rows, refilled as they finish); after every round, the largest gap
     between what each row's caches hold and a fresh forward over its committed tokens (the verifier holds
-    all but the last, the drafter all but the last one or two: `row.lag`). Rounds with a rejection (and
-    with `full`, rounds that accepted every draft) must have happened."""
+    all but the last, the drafter of a row that drafts again all but the last one or two: `row.lag`).
+    Rounds with a rejection (and with `full`, rounds that accepted every draft) must have happened."""
     errors, seen = [], {"rejections": 0, "full": 0, "rows": set()}
 
     def check(engine, slots):
@@ -51,7 +51,10 @@ def rollback_errors(drafter, verifier, prompts, *, rule="sps", m=3, batch_size=1
                 continue
             seen["rows"].add(b)
             c = row.committed
-            for runner, model, held in ((engine.vm, verifier, c[:-1]), (engine.dm, drafter, c[: -row.lag])):
+            caches = [(engine.vm, verifier, c[:-1])]
+            if row.left > 0:  # a row at its token budget drafts no more: its last round may skip the drafter
+                caches.append((engine.dm, drafter, c[: -row.lag]))
+            for runner, model, held in caches:
                 for (k, v), (k0, v0) in zip(runner.row_keys(b, len(held)), fresh_kv(model, held)):
                     n = k0.shape[-2]  # a sliding layer of the fresh forward keeps only its window
                     k, v = k[..., len(held) - n :, :], v[..., len(held) - n :, :]

@@ -118,8 +118,9 @@ def test_one_host_read_per_round(pair, compile, speculative_rule):
 def test_the_drafter_is_fed_only_what_its_cache_lacks(pair, monkeypatch):
     """After a rejection the drafter's cache lacks one committed token (the correction), after a fully
     accepted round two (the last draft and the bonus): a round's first draft step feeds exactly that at
-    batch size 1 (before: always two, a wider forward than needed in most rounds)."""
-    m, widths = 3, []
+    batch size 1 (before: always two, a wider forward than needed in most rounds). And a round drafts only
+    what the token budget can use: min(m, tokens left - 1) steps (before: m, also in a sequence's last round)."""
+    m, new_tokens, widths = 3, 61, []
     real = cache_mod.ModelRunner.forward
 
     def spy(self, ids, *args, **kwargs):
@@ -128,11 +129,19 @@ def test_the_drafter_is_fed_only_what_its_cache_lacks(pair, monkeypatch):
         return real(self, ids, *args, **kwargs)
 
     monkeypatch.setattr(cache_mod.ModelRunner, "forward", spy)
-    (out,) = decode(speculative(pair, m=m), jobs([[1, 2, 3]], new_tokens=60))
-    first = widths[::m]
-    assert widths[1::m] == widths[2::m] == [1] * len(first)
-    expected = [2] + [2 if a == m else 1 for a in out.rounds.accepted[:-1]]
-    assert first == expected and {1, 2} <= set(first), (first, out.rounds.accepted)
+    (out,) = decode(speculative(pair, m=m), jobs([[1, 2, 3]], new_tokens=new_tokens))
+    r = out.rounds
+    left = [new_tokens - sum(r.emitted[:i]) for i in range(len(r.emitted))]
+    steps = [min(m, n - 1) for n in left]
+    assert min(steps) < m and len(widths) == sum(steps), (steps, len(widths))
+    rounds, at = [], 0
+    for k in steps:
+        rounds.append(widths[at : at + k])
+        at += k
+    assert all(w[1:] == [1] * (len(w) - 1) for w in rounds)
+    first = [w[0] for w in rounds if w]
+    expected = [2] + [2 if a == k else 1 for a, k, w in zip(r.accepted[:-1], steps, rounds[1:]) if w]
+    assert first == expected and {1, 2} <= set(first), (first, r.accepted)
 
 
 def test_traced_ops_per_round_do_not_grow_with_depth():

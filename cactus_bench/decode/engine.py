@@ -8,7 +8,8 @@ stop strings. A speculative round, for all rows together:
           their second to last, so one shape serves every row), the rest one token each; p_j is warped, d_j
           sampled with the row's uniform. Every row drafts m tokens; a row's draft counts up to its first
           EOS and its token budget (decided on the device: the law of what is kept is that of drafting one
-          token at a time and stopping there).
+          token at a time and stopping there). Only in a round where no row's budget reaches m (the end of a
+          sequence) are fewer steps taken: the most any row can use (the rest of the shapes stay m's).
   verify  one verifier forward over each row's last committed token + its m drafts: q_1..q_{m+1}.
   accept  the rule decides every row at once (`Rule.verify` with n_drafts and the row's uniforms).
   commit  the round's one host read: emitted tokens, accept counts, KL; rows commit their tokens, cut at
@@ -217,8 +218,12 @@ class Engine:
         x = to_device([r.committed[-lag:] if r is not None else [0] * lag for r in slots], torch.long, self.device)
         reach = max(lengths)
         need_raw = rule.needs_raw
+        # drafts no row's token budget can use are not drafted (a sequence's last round); their slots are
+        # filled below so every shape, and so every compiled graph, stays that of m drafts
+        budgets = [max(min(m, r.left - 1), 0) if r is not None else 0 for r in slots]
+        steps = max(budgets)
         probs, raws, drafts = [], [], []
-        for j in range(m):
+        for j in range(steps):
             logits, p, d = dm.forward(x, reach + j, 1, vocab, warp, u[:, j], logits=need_raw)
             assert d is not None  # sampled: uniforms were given
             probs.append(p[:, -1])
@@ -226,9 +231,8 @@ class Engine:
             if logits is not None:
                 raws.append(torch.softmax(logits[:, -1].float(), -1))
             x = d[:, None]
-        p, d = torch.stack(probs, 1), torch.stack(drafts, 1)  # [B, m, V], [B, m]
-        budget = to_device([max(min(m, r.left - 1), 0) if r is not None else 0 for r in slots], torch.long, self.device)
-        n_drafts = torch.minimum(budget, self._first_eos(d) + 1)
+        d = torch.stack(drafts + [torch.zeros(len(slots), dtype=torch.long, device=self.device)] * (m - steps), 1)
+        n_drafts = torch.minimum(to_device(budgets, torch.long, self.device), self._first_eos(d) + 1)
         t_draft = clock.lap()
         # verify: each row's last committed token and its m drafts
         self.vm.set_positions([n - 1 for n in lengths])
@@ -237,9 +241,13 @@ class Engine:
         v_logits, q, _ = self.vm.forward(ids, reach + m, m + 1, vocab, warp, logits=need_raw)
         q = q.to(self.device)  # a verifier spread by device_map: its last GPU
         t_verify = clock.lap()
+        # an undrafted slot gets p = q there: past every row's n_drafts, so never decided, and finite in
+        # every per-position quantity the rule computes (a KL of q against itself is 0)
+        p = torch.stack(probs + list(q[:, steps:m].unbind(1)), 1)  # [B, m, V]
         raw: dict[str, Any] = {}
         if v_logits is not None:
-            raw = {"draft_raw": torch.stack(raws, 1), "target_raw": torch.softmax(v_logits.to(self.device).float(), -1)}
+            target_raw = torch.softmax(v_logits.to(self.device).float(), -1)
+            raw = {"draft_raw": torch.stack(raws + list(target_raw[:, steps:m].unbind(1)), 1), "target_raw": target_raw}
         v = rule.verify(p, q, d, uniforms=u[:, m:], n_drafts=n_drafts, check=False, return_kl=True, **raw)
         # positions that saw a decision: up to the first rejection, within the draft
         pos = torch.arange(m, device=self.device)
@@ -262,7 +270,7 @@ class Engine:
             tokens, reason = _commit([int(t) for t in emitted[: n + 1]], self.eos, row.left)
             row.committed += tokens
             row.generated += tokens
-            row.lag = 2 if n == m else 1  # the drafter never fed its last draft; after a rejection it has d_1..d_n
+            row.lag = 2 if n == steps else 1  # it never fed its last draft; after a rejection it has d_1..d_n
             if reason is None and row.job.stop is not None and row.job.stop(row.generated):
                 reason = "stop"
             row.has_kl = row.has_kl or v.kl is not None

@@ -36,7 +36,7 @@ class Row:
     block: Tensor | None = None  # the verifier-alone loop's current block of uniforms, and the next one used
     used: int = 0
     has_kl: bool = False
-    lag: int = 2  # committed tokens the drafter's cache lacks: 2 after the prompt or a fully accepted round, else 1
+    lag: int = 2  # committed tokens the drafter lacks (if it drafts again): 2 after the prompt or a full round, else 1
 
     @property
     def left(self) -> int:
