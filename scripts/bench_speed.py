@@ -153,10 +153,17 @@ def run_pair(name, args):
         return min(ratios), max(ratios)
 
     res = {k: agg(k) for k in rows}
-    sps = rows["ours_sps"]
-    # what the ratio would be if our loop spent no time outside the model forwards (the forwards are the same
-    # model code as transformers' own): the most any bookkeeping change can reach on this pair
-    forward_bound = sum(x["tokens"] for x in sps) / sum(x["wall"] * x["fwd_share"] for x in sps)
+
+    def forward_bound(key):
+        """The ratio to HF assisted if our loop spent no time outside the model forwards (eager: the same model
+        code as transformers' own): the most any bookkeeping change can reach on this pair."""
+        r = rows[key]
+        return (
+            sum(x["tokens"] for x in r)
+            / sum(x["wall"] * x["fwd_share"] for x in r)
+            / res["hf_assisted"]["tokens_per_s"]
+        )
+
     result = {
         "pair": name,
         "verifier_params_M": sum(p.numel() for p in verifier.parameters()) / 1e6,
@@ -165,7 +172,7 @@ def run_pair(name, args):
         "methods": res,
         "sps_vs_hf_assisted": res["ours_sps"]["tokens_per_s"] / res["hf_assisted"]["tokens_per_s"],
         "sps_vs_hf_assisted_range": per_prompt("ours_sps", "hf_assisted"),
-        "sps_vs_hf_assisted_forward_bound": forward_bound / res["hf_assisted"]["tokens_per_s"],
+        "sps_vs_hf_assisted_forward_bound": forward_bound("ours_sps"),
         "ar_vs_hf_generate": res["ours_ar"]["tokens_per_s"] / res["hf_generate"]["tokens_per_s"],
         "sps_vs_ours_ar": res["ours_sps"]["tokens_per_s"] / res["ours_ar"]["tokens_per_s"],
         "outside_forward_share": 1 - res["ours_sps"]["fwd_share"],
@@ -174,6 +181,7 @@ def run_pair(name, args):
     if args.fast:
         result["fast_sps_vs_hf_assisted"] = res["ours_sps_fast"]["tokens_per_s"] / res["hf_assisted"]["tokens_per_s"]
         result["fast_sps_vs_hf_assisted_range"] = per_prompt("ours_sps_fast", "hf_assisted")
+        result["fast_sps_vs_hf_assisted_forward_bound"] = forward_bound("ours_sps_fast")
         result["fast_ar_vs_hf_generate"] = res["ours_ar_fast"]["tokens_per_s"] / res["hf_generate"]["tokens_per_s"]
     return result
 
@@ -239,9 +247,9 @@ def main():
             "",
             "Our fast path (static KV cache + torch.compile), same run, prompts and seeds:",
             "",
-            "| pair | ours fast SpS tok/s | **vs HF assisted** (per prompt) | ours fast AR tok/s "
-            "| **vs HF generate** |",
-            "|---|---|---|---|---|",
+            "| pair | ours fast SpS tok/s | **vs HF assisted** (per prompt) | bound: no time outside forwards "
+            "| ours fast AR tok/s | **vs HF generate** |",
+            "|---|---|---|---|---|---|",
         ]
         for r in results:
             m = r["methods"]
@@ -249,7 +257,7 @@ def main():
             lines.append(
                 f"| {r['pair']} | {m['ours_sps_fast']['tokens_per_s']:.1f} | "
                 f"**{r['fast_sps_vs_hf_assisted']:.2f}x** ({lo:.2f}-{hi:.2f}) | "
-                f"{m['ours_ar_fast']['tokens_per_s']:.1f} | "
+                f"{r['fast_sps_vs_hf_assisted_forward_bound']:.2f}x | {m['ours_ar_fast']['tokens_per_s']:.1f} | "
                 f"**{r['fast_ar_vs_hf_generate']:.2f}x** |"
             )
     command = "python scripts/bench_speed.py" + (

@@ -144,6 +144,19 @@ def test_the_drafter_is_fed_only_what_its_cache_lacks(pair, monkeypatch):
     assert first == expected and {1, 2} <= set(first), (first, r.accepted)
 
 
+def test_the_forward_timer_counts_decode_forwards_only(pair):
+    """A forward timer (bench-speed's bound, the device check's synced rounds) counts each round's drafter
+    steps and verifier forward, never the warm-up's rounds on fake rows (before: one round per key bucket
+    more, so a compiled loop's share of time inside forwards came out above 1)."""
+    drafter, verifier = pair
+    m, new_tokens, timer = 3, 30, cache_mod.ForwardTimer()
+    engine = Engine(verifier, drafter, build_rule("sps"), m, options=EngineOptions(1, "eager", forward_timer=timer))
+    (out,) = decode(engine, jobs([[1, 2, 3]], new_tokens=new_tokens))
+    emitted = out.rounds.emitted
+    left = [new_tokens - sum(emitted[:i]) for i in range(len(emitted))]
+    assert engine._warm and timer.calls == sum(min(m, n - 1) + 1 for n in left), (timer.calls, left)
+
+
 def test_traced_ops_per_round_do_not_grow_with_depth():
     """Eager dispatches every layer's ops; the compiled engine launches one graph per forward and a fixed
     set of ops per round (uniforms, the rule's decision, the verdict), whatever the depth."""

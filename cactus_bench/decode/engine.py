@@ -151,10 +151,13 @@ class Engine:
         if not todo:
             return
         before, start = graphs.COMPILES.graphs, time.perf_counter()
+        runners = [r for r in (self.vm, self.dm) if r is not None]
+        timer = self.options.forward_timer
+        for runner in runners:
+            runner.timer = None  # a forward timer counts decode forwards only, never the warm-up's
         with torch.inference_mode():
-            for runner in (self.vm, self.dm):  # caches allocate at their first (eager) prefill, never in a graph
-                if runner is not None:
-                    runner.prefill(list(range(rows)), [[0]] * rows)
+            for runner in runners:  # caches allocate at their first (eager) prefill, never in a graph
+                runner.prefill(list(range(rows)), [[0]] * rows)
             # the drafter's first step feeds two tokens, or one: at m = 1 no later step has that shape
             lags = (2, 1) if self.m == 1 else (2,)
             for bucket in todo:
@@ -164,6 +167,8 @@ class Engine:
                     fake: list[Row | None] = [Row(job, [0] * length, 0.0, 0.0, lag=lag) for _ in range(rows)]
                     self._round(fake) if self.rule is not None else self._ar_step(fake)
                 self._warm.add((rows, bucket))
+        for runner in runners:
+            runner.timer = timer
         log.info(
             "warm-up: %d graph(s) compiled in %.1fs (%d rows; key buckets %s)",
             graphs.COMPILES.graphs - before,
