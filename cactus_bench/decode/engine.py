@@ -248,11 +248,12 @@ class Engine:
         t_verify = clock.lap()
         # an undrafted slot gets p = q there: past every row's n_drafts, so never decided, and finite in
         # every per-position quantity the rule computes (a KL of q against itself is 0)
-        p = torch.stack(probs + list(q[:, steps:m].unbind(1)), 1)  # [B, m, V]
+        p = torch.stack(probs + (list(q[:, steps:m].unbind(1)) if steps < m else []), 1)  # [B, m, V]
         raw: dict[str, Any] = {}
         if v_logits is not None:
             target_raw = torch.softmax(v_logits.to(self.device).float(), -1)
-            raw = {"draft_raw": torch.stack(raws + list(target_raw[:, steps:m].unbind(1)), 1), "target_raw": target_raw}
+            raws += list(target_raw[:, steps:m].unbind(1)) if steps < m else []
+            raw = {"draft_raw": torch.stack(raws, 1), "target_raw": target_raw}
         v = rule.verify(p, q, d, uniforms=u[:, m:], n_drafts=n_drafts, check=False, return_kl=True, **raw)
         # positions that saw a decision: up to the first rejection, within the draft
         pos = torch.arange(m, device=self.device)
