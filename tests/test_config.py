@@ -4,7 +4,6 @@ device, login or missing file is one paragraph naming the key, before anything h
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -66,9 +65,15 @@ def test_unused_settings_are_ignored_with_one_line(caplog):
 
 
 def test_help_is_fast_and_lists_the_settings():
-    start = time.perf_counter()  # a real process: what a user waits for
-    out = subprocess.run([sys.executable, "-m", "cactus_bench", "--help"], capture_output=True, text=True, cwd=ROOT)
-    assert out.returncode == 0 and time.perf_counter() - start < 5
+    """`--help` answers before anything heavy loads: what it imports is read from the interpreter's own import
+    log (a wall-clock bound would judge the machine's load, not the code)."""
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "cactus_bench", "--help"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert out.returncode == 0
+    imported = {line.split("|")[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
+    assert "hydra" in imported  # the import log was read
+    assert not imported & {"torch", "transformers", "lm_eval", "datasets", "pandas", "matplotlib"}, sorted(imported)
     for word in ("pair", "method", "data", "sampling", "delta=", "m=", "shard=", "Examples"):
         assert word in out.stdout
 

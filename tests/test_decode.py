@@ -363,7 +363,9 @@ def test_statistics_are_consistent(pair):
     assert s["target_kl"] is not None and s["target_kl"] >= 0
     assert all(e == a + 1 for a, e in zip(out.rounds.accepted, out.rounds.emitted))  # no EOS: accepted + 1
     total = s["t_draft"] + s["t_verify"] + s["t_rule"] + s["t_other"]
-    assert total <= s["wall_time"] and total > 0.5 * (s["wall_time"] - s["prefill_time"])
+    assert total <= s["wall_time"] - s["prefill_time"]  # the phases partition part of the decode's time
+    r = out.rounds  # every phase of every round was timed (a share of the wall time would judge the load)
+    assert all(t > 0 for phase in (r.t_draft, r.t_verify, r.t_rule, r.t_other) for t in phase)
     ar = autoregressive_generate(pair[1], PROMPT, max_new_tokens=10, generator=torch.Generator().manual_seed(3))
     assert ar.tau == 1.0 and ar.accepted_length is None and ar.acceptance_rate is None and ar.target_kl is None
 

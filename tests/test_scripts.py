@@ -40,7 +40,8 @@ def test_script_runs_small(script, tmp_path):
 def test_the_device_check_fits_its_window_section_by_section(tmp_path, monkeypatch):
     """Under a deadline too short for everything: each section either finished (or failed, its traceback
     saved, and the check went on) or was skipped with its reason; both result files hold every section
-    that ran as soon as it ended; the cost model is saved right after the rounds."""
+    that ran as soon as it ended; the cost model is saved right after the rounds. The check reads a clock
+    that ticks once per reading, so which sections fit depends on the code, not on the machine's load."""
     import torch
 
     from cactus_bench.perf import device_check as dc
@@ -56,6 +57,15 @@ def test_the_device_check_fits_its_window_section_by_section(tmp_path, monkeypat
     def broken(self):
         raise RuntimeError("a section that fails")
 
+    class Clock:  # the check's clock: each reading 0.1 s after the last, whatever the machine's load
+        t = 0.0
+
+        @classmethod
+        def perf_counter(cls):
+            cls.t += 0.1
+            return cls.t
+
+    monkeypatch.setattr(dc, "time", Clock)
     monkeypatch.setattr(dc.Check, "save", save)
     monkeypatch.setattr(dc.Check, "hidden_syncs", broken)  # cheap, and always inside the window
     out = tmp_path / "check"

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -59,10 +58,8 @@ def test_readme_one_run_writes_a_complete_run_and_reuses_the_cache(env):
     for folder in results.glob("runs/gsm8k/tiny/cactus-delta0.75_m10_*"):
         import shutil
 
-        shutil.rmtree(folder)  # decode again, with the pair built: README's "under 3 minutes"
-    start = time.perf_counter()
+        shutil.rmtree(folder)  # decode again, with the pair in the cache
     again = run(cmd, env)
-    assert time.perf_counter() - start < 180
     assert "training the verifier" not in again.stdout + again.stderr  # the cached pair is reused
 
 
@@ -136,31 +133,6 @@ def test_demo_shows_the_accuracy_acceptance_trade_off(env):
     assert "speedup (paired)" in table and " ± " in table and " [" in table and "Δ score vs verifier" in table
     fig = run([sys.executable, "-m", "cactus_bench.report", "figures", f"out={results / 'figures'}"], env)
     assert "fig1_tradeoff_arith_tiny" in fig.stdout and "fig3_speedup_arith_tiny" in fig.stdout
-
-
-def test_paired_speedups_of_equal_methods_agree_on_a_busy_machine(env):
-    """SpS and Cactus with δ = 0 make the same decisions from the same random numbers: the same tokens and
-    AL. Timed while competing multi-threaded torch processes load every core, their paired speedups still
-    agree within 10 %."""
-    env, results = env
-    busy = [subprocess.Popen([sys.executable, "-c", TORCH_LOAD]) for _ in range(COMPETITORS)]
-    try:
-        common = ["pair=tiny", "data=arith", "m=4", "limit=100", "paired_timing=true", "progress=false"]
-        for method in (["method=sps"], ["method=cactus", "delta=0.0"]):
-            run([sys.executable, "-m", "cactus_bench", *common, *method, "experiment_name=busy"], env)
-        runs = [r for r in load_runs(results / "runs") if r.config["experiment_name"] == "busy"]
-        summaries = {r.config["method"]["name"]: r.summary for r in runs}
-    finally:
-        for proc in busy:
-            proc.kill()
-    sps, cactus = summaries["sps"], summaries["cactus"]
-    assert sps["accepted_length"] == cactus["accepted_length"]  # the same decisions
-    assert abs(cactus["paired_speedup"] / sps["paired_speedup"] - 1) < 0.10, (sps, cactus)
-
-
-# What a shared machine runs beside us: other torch jobs, each with torch's default threads (every core).
-COMPETITORS = 2
-TORCH_LOAD = "import torch\na = torch.randn(256, 256)\nwhile True:\n    a = torch.tanh(a @ a)\n"
 
 
 def test_a_wheel_install_finds_its_configs(tmp_path):
