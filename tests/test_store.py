@@ -66,26 +66,27 @@ def test_a_smaller_rerun_changes_nothing_a_finished_run_stored(small_pair_dir, t
     assert (after["status"], after["limit"]) == ("complete", 6) and len(after["history"]) == 2
 
 
-def test_a_run_never_mixes_precisions(small_pair_dir, tmp_path, monkeypatch):
-    """dtype=auto is float32 on a CPU and bfloat16 on CUDA: a run started on a CPU and continued where CUDA
-    is found is refused before any model loads, in one paragraph naming what differs; pinning the dtype it
-    was decoded in continues it."""
-    from cactus_bench.app import config
+def test_a_runs_identity_holds_the_precision_auto_resolved_to(small_pair_dir, tmp_path, monkeypatch):
+    """dtype=auto is float32 on a CPU and bfloat16 on CUDA. On a CPU, `auto` and `float32` are one run (the
+    second finds it done; before, two folders and two table rows); continued where CUDA is found, `auto` is
+    another run (before: a refused resume); the CPU run, read there, keeps its identity (its stored
+    `resolved`)."""
+    import torch
+
+    from cactus_bench.app.runs import load_runs
 
     auto = ("pair.dtype=auto", "pair.device=auto")
-    run_cell("sps", *auto, results=tmp_path, pair_dir=small_pair_dir, limit=2)
-    monkeypatch.setattr(config, "resolve_device", lambda device: "cuda:0")  # this machine "has" a GPU now
-    monkeypatch.setattr(run_mod, "get_decoder", refuse("models must not load"))
-    with pytest.raises(StoreError, match="verifier_dtype was float32, here it would be bfloat16"):
-        run_cell("sps", *auto, results=tmp_path, pair_dir=small_pair_dir, limit=4)
-    folder = run_dir(cfg_of(*TINY, "method=sps", "limit=2", *auto, results=tmp_path, pair_dir=small_pair_dir))
-    assert json.loads((folder / "manifest.json").read_text())["resolved"]["drafter_dtype"] == "float32"
-    store = RunStore.open(
-        validate(
-            cfg_of(*TINY, "method=sps", "limit=4", "pair.dtype=float32", results=tmp_path, pair_dir=small_pair_dir)
-        )
-    )  # pinned: another run (its own folder), no refusal
-    store.finish("interrupted")
+    first = run_cell("sps", *auto, results=tmp_path, pair_dir=small_pair_dir, limit=2)
+    cpu = run_dir(cfg_of(*TINY, "method=sps", *auto, results=tmp_path, pair_dir=small_pair_dir))
+    pinned = run_cell("sps", "pair.dtype=float32", results=tmp_path, pair_dir=small_pair_dir, limit=2)
+    assert pinned["run_key"] == first["run_key"] and [p.name for p in cpu.parent.iterdir()] == [cpu.name]
+    assert len(json.loads((cpu / "manifest.json").read_text())["history"]) == 2  # resumed: found done
+    assert json.loads((cpu / "manifest.json").read_text())["resolved"]["drafter_dtype"] == "float32"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # this machine "has" a GPU now
+    gpu = run_dir(cfg_of(*TINY, "method=sps", *auto, results=tmp_path, pair_dir=small_pair_dir))
+    assert gpu != cpu and gpu.parent == cpu.parent  # another run, in a folder of its own
+    (stored,) = load_runs(tmp_path)
+    assert stored.folder == cpu and stored.key == first["run_key"]  # read here, the CPU run is still itself
 
 
 def test_an_unreadable_neighbour_is_skipped_with_one_warning(small_pair_dir, tmp_path, caplog):

@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from ..benchmarks.base import KINDS
 from ..decode.api import DecodeSpec, ModelSpec, backend, backend_names
 from ..methods import Method, method_names
-from ..precision import DTYPES, dtype_name, resolve_device
+from ..precision import DTYPES, resolve_device, resolved_dtypes
 from .identity import RunIdentity, pair_label
 from .schema import (
     CONF_DIR,
@@ -251,9 +251,8 @@ def validate(cfg: DictConfig) -> RunSpec:
 
 def resolved_precision(pair, method: Method) -> dict:
     """What the pair's dtypes (`auto` too) mean on this machine: float32 on a CPU, bfloat16 on CUDA."""
-    device = resolve_device(pair.device)
-    roles = ("verifier", "drafter") if method.uses_drafter else ("verifier",)
-    return {f"{r}_dtype": dtype_name(pair.get(f"{r}_dtype") or pair.dtype, device) for r in roles}
+    resolve_device(pair.device)  # a device that is not here is refused now
+    return resolved_dtypes(pair, ("verifier", "drafter") if method.uses_drafter else ("verifier",))
 
 
 def _name_the_pair(cfg: DictConfig, method: Method) -> None:

@@ -5,7 +5,10 @@ it, a sweep writes each cell as the same run, and tracking finds a run's referen
 everything that changes the law of a sample's tokens: the models (the drafter only where the method uses
 one), method and parameters, m (only with a drafter), data and subset, seed, sampling and token budget.
 How the run is executed (the hf engine, batch size, threads, paired timing, limit, shard) is not part of it: a
-run may be resumed any of those ways, and its manifest records which.
+run may be resumed any of those ways, and its manifest records which. The models' precision is the resolved
+one (`dtype: auto` is float32 on a CPU and bfloat16 on CUDA): `auto` and `float32` on a CPU are one run, and a
+CPU run continued on a GPU is another. A stored run's config keeps what it resolved to (`resolved`), so it
+has the same identity read on any machine.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..decode.api import backend
 from ..methods import BASELINE, Method
+from ..precision import resolved_dtypes
 from .schema import CONF_DIR
 
 # the method of each reference run relative metrics compare with (metrics.REFERENCES): SpS, the verifier alone
@@ -59,10 +63,11 @@ class RunIdentity:
             cfg = OmegaConf.create(cfg)
         method = Method(cfg.method.name, OmegaConf.to_container(cfg.method.params, resolve=True) or {}, cfg.m)
         p = cfg.pair
-        verifier = {"verifier": p.verifier, "dtype": p.get("verifier_dtype") or p.dtype, "revision": p.revision}
+        dtypes = resolved_dtypes(p) | dict(cfg.get("resolved") or {})
+        verifier = {"verifier": p.verifier, "dtype": dtypes["verifier_dtype"], "revision": p.revision}
         if p.get("add_bos_token"):
             verifier["add_bos_token"] = True
-        drafter = {"model": p.drafter, "dtype": p.get("drafter_dtype") or p.dtype}
+        drafter = {"model": p.drafter, "dtype": dtypes["drafter_dtype"]}
         return cls(
             verifier=verifier,
             drafter=drafter if method.uses_drafter else None,

@@ -210,9 +210,10 @@ class RunStore:
             store._check_sharding()
             manifest = store.manifest()
             resolved = spec.precision
-            store._check_resolved(manifest.get("resolved"), resolved)
             if store._covers_more(cfg.limit):  # a finished run's config changes only to cover more items
-                store._write(store.folder / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+                # with the precision `auto` resolved to here: the run's identity, read on any machine
+                stored = {**OmegaConf.to_container(cfg, resolve=True), "resolved": resolved}
+                store._write(store.folder / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(stored)))
             now = time.strftime("%Y-%m-%dT%H:%M:%S%z")
             manifest.update(
                 identity=ident.as_dict(),
@@ -247,18 +248,6 @@ class RunStore:
         """Whether a run with `limit` covers more items than the stored config's."""
         path = self.folder / "config.yaml"
         return not path.exists() or _covers_more(limit, OmegaConf.load(path).get("limit"))
-
-    def _check_resolved(self, stored: dict | None, now: dict) -> None:
-        """A run continues in the precision it was decoded in: `dtype: auto` is float32 on a CPU and bfloat16
-        on CUDA, and one run (one table cell) must not mix both."""
-        differs = {k: (stored[k], v) for k, v in now.items() if stored and k in stored and stored[k] != v}
-        if differs:
-            what = "; ".join(f"{k} was {a}, here it would be {b}" for k, (a, b) in differs.items())
-            raise StoreError(
-                f"{self.folder} was decoded in another precision than this machine would use ({what}): one run "
-                "must not mix them. Continue it where it started, or pin the precision it was decoded in (e.g. "
-                "pair.dtype=float32), or start a separate run with another pair.dtype."
-            )
 
     def _check_sharding(self) -> None:
         """An unfinished run continues with the sharding it started with."""
