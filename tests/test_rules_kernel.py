@@ -136,7 +136,9 @@ def test_qwen3_vocabulary_at_m20(name, params):
     p = torch.softmax(torch.randn(1, m, Vq, generator=g), -1)
     q = torch.softmax(torch.randn(1, m + 1, Vq, generator=g), -1)
     d = torch.multinomial(p[0], 1, generator=g).T
-    emitted, n_acc, _, kl_pos = build_rule(name, **params).verify(p, q, d, g, draft_raw=p, target_raw=q, return_kl=True)
+    emitted, n_acc, _, kl_pos, _ = build_rule(name, **params).verify(
+        p, q, d, g, draft_raw=p, target_raw=q, return_kl=True
+    )
     assert emitted.shape == (1, m + 1) and 0 <= int(n_acc) <= m
     assert int(emitted[0, n_acc]) in range(Vq)
     if kl_pos is not None:

@@ -39,7 +39,7 @@ from . import graphs, memory
 from .cache import ModelRunner, buckets_between, capacity_for, device_of, to_device
 from .jobs import EngineOptions, Job, Row
 from .output_kl import output_kl, support_for
-from .stats import GenerationOutput
+from .stats import GenerationOutput, counted_drafts, round_columns
 from .warp import Warper
 
 AR_BLOCK = 32  # the verifier-alone loop draws its uniforms in blocks of this many tokens per row
@@ -237,7 +237,8 @@ class Engine:
                 raws.append(torch.softmax(logits[:, -1].float(), -1))
             x = d[:, None]
         d = torch.stack(drafts + [torch.zeros(len(slots), dtype=torch.long, device=self.device)] * (m - steps), 1)
-        n_drafts = torch.minimum(to_device(budgets, torch.long, self.device), self._first_eos(d) + 1)
+        left = to_device([r.left if r is not None else 0 for r in slots], torch.long, self.device)
+        n_drafts = counted_drafts(torch.full_like(left, m), self._first_eos(d), left)
         t_draft = clock.lap()
         # verify: each row's last committed token and its m drafts
         self.vm.set_positions([n - 1 for n in lengths])
@@ -255,23 +256,15 @@ class Engine:
             raws += list(target_raw[:, steps:m].unbind(1)) if steps < m else []
             raw = {"draft_raw": torch.stack(raws, 1), "target_raw": target_raw}
         v = rule.verify(p, q, d, uniforms=u[:, m:], n_drafts=n_drafts, check=False, return_kl=True, **raw)
-        # positions that saw a decision: up to the first rejection, within the draft
-        pos = torch.arange(m, device=self.device)
-        decided = (pos <= v.n_accepted.unsqueeze(-1)) & (pos < n_drafts.unsqueeze(-1))
-        zeros = torch.zeros(len(slots), dtype=torch.float64, device=self.device)
-        kl_sum = (v.kl * decided).sum(-1).double() if v.kl is not None else zeros
         out_kl, fits = output_kl(rule, p, q[:, :m], self.support, raw)
-        counted = decided & fits
-        out_sums = [(out_kl * counted).sum(-1), counted.sum(-1).double(), (decided & ~fits).sum(-1).double()]
-        counts = torch.stack([v.n_accepted, v.n_accepted_any, n_drafts], 1).double()
-        verdict = torch.cat([v.emitted.double(), counts, kl_sum[:, None], torch.stack(out_sums, 1)], 1)
-        host = verdict.tolist()  # the round's one host sync
+        stats = round_columns(v.passed, n_drafts, v.kl, out_kl, fits)  # what every backend counts, one way
+        host = torch.cat([v.emitted.double(), stats], 1).tolist()  # the round's one host sync
         t_rule = clock.lap()
         finished = []
         for b, row in enumerate(slots):
             if row is None:
                 continue
-            emitted, (n, n_any, k, kl, out_sum, out_n, out_skipped) = host[b][: m + 1], host[b][m + 1 :]
+            emitted, (n, n_any, k, kl, kl_n, out_sum, out_n, out_skipped) = host[b][: m + 1], host[b][m + 1 :]
             n, n_any, k = int(n), int(n_any), int(k)
             tokens, reason = _commit([int(t) for t in emitted[: n + 1]], self.eos, row.left)
             row.committed += tokens
@@ -290,7 +283,7 @@ class Engine:
                 t_rule=t_rule,
                 t_other=0.0,
                 kl_sum=kl,
-                kl_count=min(n + 1, k),
+                kl_count=int(kl_n),
                 out_kl_sum=out_sum,
                 out_kl_count=int(out_n),
                 out_kl_skipped=int(out_skipped),

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+import torch
+from torch import Tensor
+
 from .. import metrics
 
 
@@ -36,6 +39,42 @@ class Rounds:
 
 
 COLUMNS = frozenset(f.name for f in fields(Rounds))  # checked once per round: a set compare, no reflection
+# what `round_columns` returns, in order
+COUNTED = ("accepted", "accepted_any", "drafted", "kl_sum", "kl_count", "out_kl_sum", "out_kl_count", "out_kl_skipped")
+
+
+def counted_drafts(drafted: Tensor, first_eos: Tensor, left: Tensor) -> Tensor:
+    """The drafts of a round that count [B]: up to the first drafted EOS (`first_eos`: its index, m where
+    there is none) and the room the token budget leaves (`left` tokens, the round's own sample among them)."""
+    return torch.minimum(torch.minimum(drafted, first_eos + 1), (left - 1).clamp(min=0))
+
+
+def round_columns(passed: Tensor, n_drafts: Tensor, kl: Tensor | None, out_kl: Tensor, fits: Tensor) -> Tensor:
+    """A round's statistics (`COUNTED`, [B, 8] float64), defined once for every backend from what its rule
+    decided: each draft's accept test (`passed` [B, m], 1 passed), the drafts that count (`n_drafts` [B],
+    `counted_drafts`), the target KL per position (`kl` [B, m]; None for a target-free rule) and the output
+    KL with whether its support fit (`out_kl`, `fits` [B, m]). Positions past n_drafts never count; the KLs
+    are summed over the positions decided: up to the first rejection, within the counted drafts."""
+    m = passed.shape[1]
+    pos = torch.arange(m, device=passed.device)
+    counted = pos < n_drafts.unsqueeze(-1)
+    tests = passed.long() * counted
+    accepted = torch.cumprod(tests, dim=-1).sum(-1)
+    decided = (pos <= accepted.unsqueeze(-1)) & counted
+    zero = torch.zeros((), dtype=torch.float64, device=passed.device)
+    kl_sum = torch.where(decided, kl.double(), zero).sum(-1) if kl is not None else zero.expand(len(passed))
+    fit = decided & fits
+    columns = [
+        accepted.double(),
+        tests.sum(-1).double(),
+        n_drafts.double(),
+        kl_sum,
+        decided.sum(-1).double(),
+        torch.where(fit, out_kl.double(), zero).sum(-1),
+        fit.sum(-1).double(),
+        (decided & ~fits).sum(-1).double(),
+    ]
+    return torch.stack(columns, 1)
 
 
 @dataclass

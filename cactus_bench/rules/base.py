@@ -67,6 +67,7 @@ class Verification(NamedTuple):
     n_accepted: Tensor  # [B] drafts accepted before the first rejection
     n_accepted_any: Tensor  # [B] drafts whose accept test passed, at any position (vLLM-style counting)
     kl: Tensor | None  # [B, m] target KL(h||q) per position (with return_kl, for rules with a target)
+    passed: Tensor | None = None  # [B, m] each draft's accept test (1 passed), 0 past the row's n_drafts
 
 
 class Rule(ABC):
@@ -173,6 +174,7 @@ class Rule(ABC):
         u_last = None if uniforms is None else uniforms[:, m]
         if m == 0:  # nothing drafted (e.g. one token of budget left): a plain verifier sample
             n_acc = n_any = torch.zeros(B, dtype=torch.int64, device=device)
+            passed = torch.zeros((B, 0), dtype=torch.int64, device=device)
             last = sample_weights(target_probs[:, 0], generator, u_last)
         else:
             a = self.accept_prob(draft_probs, q, draft_tokens, **extra)  # [B, m]
@@ -199,7 +201,7 @@ class Rule(ABC):
         emitted[:, :m] = torch.where(pos[:m] < n_acc.unsqueeze(-1), draft_tokens, -1)
         emitted.scatter_(1, n_acc.unsqueeze(-1), last.unsqueeze(-1))
         kl_pos = self.target_kl(draft_probs, q, draft_tokens, **extra) if (return_kl and m > 0) else None
-        return Verification(emitted, n_acc, n_any, kl_pos)
+        return Verification(emitted, n_acc, n_any, kl_pos, passed)
 
     def _raw_kwargs(self, draft_raw: Tensor | None, target_raw: Tensor | None, m: int) -> dict:
         if not self.needs_raw or draft_raw is None or target_raw is None:

@@ -8,15 +8,16 @@ in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`) unless the verifier is spre
 from __future__ import annotations
 
 import logging
-import math
 import os
 import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
 
+import torch
+
 from ...api import DecodeSpec, Generation, ModelLoadError, ModelSpec, Request, stable_seed
-from ...stats import GenerationOutput, Rounds
+from ...stats import GenerationOutput, Rounds, counted_drafts, round_columns
 from ..hf import cut_at_stop, reply_text
 from . import plugin
 
@@ -162,17 +163,21 @@ class VLLMDecoder:
             rounds = (
                 self.llm.collective_rpc(plugin.take_rounds, args=(tags,))[0] if self.spec.method.uses_drafter else {}
             )
-            for req, tag, out in zip(chunk, tags, outs):
+            for req, tag, out, param in zip(chunk, tags, outs, params):
                 completion = out.outputs[0]
                 tokens = list(completion.token_ids)
                 reason = _stop_reason(completion, tokens, self.eos)
+                recorded = rounds.get(tag, [])
+                if self.spec.method.uses_drafter and len(tokens) > 1 and not recorded:
+                    what = f"no acceptance step was recorded for a reply of {len(tokens)} tokens"
+                    raise RuntimeError(plugin.unexpected("the front end", what))
                 output = GenerationOutput(
                     tokens,
-                    build_rounds(rounds.get(tag, []), len(tokens), wall, reason == "length"),
+                    build_rounds(recorded, len(tokens), param.max_tokens, self.eos, wall),
                     0.0,
                     wall,
                     reason,
-                    has_kl=self.spec.method.uses_drafter and any(not math.isnan(r[5]) for r in rounds.get(tag, [])),
+                    has_kl=self.spec.method.uses_drafter and any(r[3] is not None for r in recorded),
                 )
                 raw = reply_text(self.tokenizer, output)
                 yield Generation(req, output, cut_at_stop(raw, req.stop), raw)
@@ -189,14 +194,15 @@ def _stop_reason(completion, tokens: list[int], eos: set[int]) -> str:
     return "eos" if tokens and tokens[-1] in eos and completion.stop_reason is None else "stop"
 
 
-def build_rounds(recorded: list[list], n_tokens: int, wall: float, length_stop: bool) -> Rounds:
+def build_rounds(recorded: list[list], n_tokens: int, max_tokens: int, eos: set[int], wall: float) -> Rounds:
     """A generation's rounds from the plugin's record of its drafting steps (`plugin.ROUND_FIELDS`), counted
-    as the transformers engine counts them: the steps without drafts (the prefill's token, and steps vLLM
-    gave no drafts) emitted one verifier token each and lie in the gaps between the recorded ones; the last
-    round is cut where the generation stopped, and at the token budget only the drafts the budget left room
-    for count (vLLM drafts m whatever is left; our engine drafts at most the tokens left but one).
-    Times: vLLM does not split a step into drafting and verifying, so beyond the acceptance step's own time
-    (t_rule) a generation's time is t_other."""
+    by the definition every backend uses (`stats.round_columns`): the drafts up to the first drafted EOS and
+    the room the token budget left (vLLM drafts and tests all m past both; the transformers engine stops
+    there), the KLs over the positions decided within them. A round is a call of the acceptance step: the
+    prefill's token is not one (the transformers engine verifies the prompt's last token in its first round
+    instead), and a step without drafts between two recorded ones is a call that emitted one token. The last
+    round is cut where the generation stopped. Times: vLLM does not split a step into drafting and verifying,
+    so beyond the acceptance step's own time (t_rule) a generation's time is t_other."""
     rounds = Rounds()
     zero = dict(
         drafted=0,
@@ -213,28 +219,34 @@ def build_rounds(recorded: list[list], n_tokens: int, wall: float, length_stop: 
         out_kl_count=0,
         out_kl_skipped=0,
     )
-    done = 0
-    for i, (before, drafted, acc, _, kl_sum, kl_n, out_sum, out_n, skipped, t_rule, passes) in enumerate(recorded):
-        before, drafted, acc = int(before), int(drafted), int(acc)
+    done = min(1, n_tokens)  # the prefill's token
+    for before, drafts, passes, kl, out_kl, fits, t_rule in recorded:
+        before = int(before)
         for _ in range(before - done):
             rounds.add(**zero)
-        emitted = acc + 1
-        if i == len(recorded) - 1 and before + emitted >= n_tokens:  # the generation stopped in this round
-            emitted = n_tokens - before
-            if length_stop:
-                drafted = min(drafted, emitted - 1)
-            acc = min(acc, drafted if length_stop else emitted)
+        m = len(drafts)
+        first_eos = next((j for j, t in enumerate(drafts) if t in eos), m)
+        n_drafts = counted_drafts(torch.tensor([m]), torch.tensor([first_eos]), torch.tensor([max_tokens - before]))
+        row = round_columns(
+            torch.tensor([passes]),
+            n_drafts,
+            None if kl is None else torch.tensor([kl]),
+            torch.tensor([out_kl]),
+            torch.tensor([fits], dtype=torch.bool),
+        )[0].tolist()
+        accepted, accepted_any, drafted, kl_sum, kl_count, out_sum, out_n, skipped = row
+        emitted = min(int(accepted) + 1, n_tokens - before)  # the generation may stop inside this round
         rounds.add(
-            drafted=drafted,
-            accepted=acc,
-            accepted_any=sum(passes[:drafted]),
+            drafted=int(drafted),
+            accepted=min(int(accepted), emitted),
+            accepted_any=int(accepted_any),
             emitted=emitted,
             t_draft=0.0,
             t_verify=0.0,
             t_rule=t_rule,
             t_other=0.0,
             kl_sum=kl_sum,
-            kl_count=0 if math.isnan(kl_n) else int(kl_n),
+            kl_count=int(kl_count) if kl is not None else 0,
             out_kl_sum=out_sum,
             out_kl_count=int(out_n),
             out_kl_skipped=int(skipped),

@@ -26,7 +26,7 @@ and a tag under which the rounds are kept until the front end takes them (`take_
 from __future__ import annotations
 
 import logging
-import math
+import sys
 import time
 from functools import lru_cache
 from typing import Any
@@ -42,18 +42,16 @@ DRAFTER_WARPS = (
 log = logging.getLogger("cactus_bench.vllm")
 
 _ROUNDS: dict[str, list[list]] = {}  # tag -> one row per verifier call with drafts (ROUND_FIELDS)
+# What a round decided, per draft position: the front end counts it (`decoder.build_rounds`) with the one
+# definition every backend uses (`stats.round_columns`), where it knows the EOS ids and the token budget.
 ROUND_FIELDS = (
-    "before",
-    "drafted",
-    "accepted",
-    "accepted_any",
-    "kl_sum",
-    "kl_count",
-    "out_kl_sum",
-    "out_kl_count",
-    "out_kl_skipped",
-    "t_rule",
-    "passes",  # each draft's accept test, in order (a list of 0/1)
+    "before",  # tokens the request had generated before this step
+    "drafts",  # the draft token ids, in order
+    "passes",  # each draft's accept test (0/1)
+    "kl",  # the target KL per draft position (None for a target-free rule)
+    "out_kl",  # the output KL per draft position
+    "fits",  # whether the output KL's support fit there (0/1)
+    "t_rule",  # the acceptance step's seconds
 )
 _STEP: dict[str, Any] = {"runner": None}  # the model runner whose step is sampling now
 _ORIGINAL: dict[str, Any] = {}
@@ -170,11 +168,27 @@ def apply_sampling_constraints(logits, cu_num_draft_tokens, sampling_metadata):
     return _ORIGINAL["constraints"](logits, cu_num_draft_tokens, sampling_metadata)
 
 
+def unexpected(where: str, what: str) -> str:
+    """The paragraph for a batch the hooks cannot read: they stop the run rather than hand it to vLLM's own
+    sampler, which would decide it silently (a Cactus run quietly SpS, its rounds not counted)."""
+    running = getattr(sys.modules.get("vllm"), "__version__", "not loaded")
+    return (
+        f"cactus_bench's vLLM plugin cannot read this step in {where}: {what}. Its hooks replace private functions "
+        f"of vLLM {VLLM_VERSION} exactly (this is vLLM {running}), so a batch of another shape means vLLM "
+        "changed underneath them. The run stops here instead of letting vLLM's own sampler decide in the rule's "
+        "place: run it with engine=eager or engine=fast, and report the vLLM version and this message."
+    )
+
+
 def draft(logits, sampling_metadata, use_fp64_gumbel: bool = False):
     """The drafter's next token per request, and p: temperature, then (by default) top-k and top-p as for
     q, softmax in float32; sampled by an exponential race on each request's own generator."""
     ids, settings, _, _ = _batch()
-    if sampling_metadata.all_greedy or not any(settings) or logits.shape[0] != len(ids):
+    if not any(settings):  # no request of this project's in the step: vLLM's own drafter
+        return _ORIGINAL["compute_probs"](logits, sampling_metadata, use_fp64_gumbel)
+    if logits.shape[0] != len(ids):
+        raise RuntimeError(unexpected("the drafter", f"{logits.shape[0]} rows of logits for {len(ids)} requests"))
+    if sampling_metadata.all_greedy:  # greedy: the argmax, as vLLM's drafter takes it
         return _ORIGINAL["compute_probs"](logits, sampling_metadata, use_fp64_gumbel)
     if not sampling_metadata.all_random:
         raise RuntimeError("cactus_bench: a batch mixing greedy and sampled requests is not supported")
@@ -224,8 +238,12 @@ def verify(
         synthetic_conditional_rates,
         use_fp64_gumbel,
     )
-    if not any(settings) or len(ids) != len(num_draft_tokens):
+    if not any(settings):  # no request of this project's in the step: vLLM's own acceptance step
         return _ORIGINAL["rejection_sample"](*args)
+    if len(ids) != len(num_draft_tokens):
+        raise RuntimeError(
+            unexpected("the acceptance step", f"draft counts for {len(num_draft_tokens)} requests, {len(ids)} sampled")
+        )
     start = time.perf_counter()
     device, B, N = target_logits.device, len(num_draft_tokens), draft_token_ids.shape[0]
     layout = _Layout(num_draft_tokens, max_spec_len, N, device)
@@ -235,11 +253,9 @@ def verify(
         out = _ORIGINAL["rejection_sample"](*args)
         passed = (target_logits.argmax(dim=-1) == draft_token_ids) & (draft_token_ids >= 0)
         zeros = torch.zeros(N, dtype=torch.float64, device=device)
-        ok = layout.per_request(passed)
-        n_acc = torch.cumprod(ok.long(), dim=-1).sum(-1)
         # SpS's target is q and its output law is q: both KLs are 0 at every decided position
         everywhere = torch.ones(N, dtype=torch.bool, device=device)
-        _record(ok, n_acc, layout, zeros, zeros, everywhere, settings, before, start)
+        _record(layout.per_request(passed), draft_token_ids, layout, zeros, zeros, everywhere, settings, before, start)
         return out
     if not sampling_metadata.all_random or synthetic_mode:
         raise RuntimeError(
@@ -291,7 +307,7 @@ def verify(
 
     target_kl = rule.target_kl(p, q, n, **extra)
     out_kl, fits = output_kl(rule, p, q, support_for(top_k, greedy=False))
-    _record(ok, n_acc, layout, target_kl, out_kl, fits, settings, before, start)
+    _record(ok, draft_token_ids, layout, target_kl, out_kl, fits, settings, before, start)
     return out
 
 
@@ -316,45 +332,31 @@ class _Layout:
         return torch.where(self.valid, x[self.index], torch.zeros((), dtype=x.dtype, device=x.device))
 
 
-def _record(ok, n_acc, layout: _Layout, target_kl, out_kl, fits, settings, before, start) -> None:
-    """Each request's round as the transformers engine counts it: drafted, accepted before the first
-    rejection and at any position, and the target and output KL summed over the positions decided (up to
-    the first rejection)."""
-    decided = layout.valid & (layout.pos <= n_acc.unsqueeze(-1))
+def _record(ok, drafts, layout: _Layout, target_kl, out_kl, fits, settings, before, start) -> None:
+    """Each request's round, per draft position (`ROUND_FIELDS`), in the step's one host read."""
     has_kl = target_kl is not None
-    kl = (
-        layout.per_request(target_kl.double())
-        if has_kl
-        else torch.zeros(decided.shape, dtype=torch.float64, device=decided.device)
-    )
-    counted = decided & layout.per_request(fits)
+    zeros = torch.zeros(ok.shape, dtype=torch.float64, device=ok.device)
     columns = [
-        n_acc.double(),
-        ok.sum(-1).double(),
-        (kl * decided).sum(-1),
-        decided.sum(-1).double(),
-        (layout.per_request(out_kl.double()) * counted).sum(-1),
-        counted.sum(-1).double(),
-        (decided & ~layout.per_request(fits)).sum(-1).double(),
+        layout.per_request(drafts.long()).double(),
+        ok.double(),
+        layout.per_request(target_kl.double()) if has_kl else zeros,
+        layout.per_request(out_kl.double()),
+        layout.per_request(fits).double(),
     ]
-    host = torch.cat([torch.stack(columns, 1), ok.double()], 1).tolist()  # the step's one host read
-    rows, passes = [r[: len(columns)] for r in host], [[int(x) for x in r[len(columns) :]] for r in host]
+    host = torch.stack(columns, 1).tolist()  # [B][5][max_spec_len]
     t_rule = time.perf_counter() - start
     for b, s in enumerate(settings):
-        if s and layout.num_draft_tokens[b] > 0:
-            acc, acc_any, kl_sum, kl_n, out_sum, out_n, skipped = rows[b]
+        k = layout.num_draft_tokens[b]
+        if s and k > 0:
+            ids, passes, kl, out, fit = (row[:k] for row in host[b])
             _ROUNDS.setdefault(s["tag"], []).append(
                 [
                     before[b],
-                    layout.num_draft_tokens[b],
-                    acc,
-                    acc_any,
-                    kl_sum,
-                    kl_n if has_kl else math.nan,
-                    out_sum,
-                    out_n,
-                    skipped,
+                    [int(x) for x in ids],
+                    [int(x) for x in passes],
+                    kl if has_kl else None,
+                    out,
+                    [int(x) for x in fit],
                     t_rule,
-                    passes[b][: layout.num_draft_tokens[b]],
                 ]
             )
