@@ -3,7 +3,6 @@
 import json
 import re
 import shutil
-import threading
 
 import pytest
 import torch
@@ -149,7 +148,7 @@ def test_build_is_deterministic(small_cache, tmp_path):
 
 def test_cached_pair_is_reused_not_rebuilt(small_cache, monkeypatch):
     root, folder, _ = small_cache
-    monkeypatch.setattr(build_mod, "build", lambda *a, **k: pytest.fail("rebuilt a valid cache"))
+    monkeypatch.setattr(build_mod, "make_pair", lambda *a, **k: pytest.fail("rebuilt a valid cache"))
     assert ensure_pair(root, spec=SMALL, log=lambda s: None) == folder
 
 
@@ -170,7 +169,7 @@ def test_corrupt_or_partial_cache_is_rebuilt_with_a_message(small_cache, tmp_pat
     damage(folder)
     assert expected in cache_problem(folder)
     rebuilt = []
-    monkeypatch.setattr(build_mod, "build", lambda out, spec, log: rebuilt.append(shutil.copytree(built, out)))
+    monkeypatch.setattr(build_mod, "make_pair", lambda out, *a: rebuilt.append(shutil.copytree(built, out)))
     logs = []
     assert ensure_pair(tmp_path, spec=SMALL, log=logs.append) == folder
     assert rebuilt and any(expected in line and "rebuilding" in line for line in logs)
@@ -261,8 +260,75 @@ def test_a_waiting_builder_says_so(tmp_path):
     lock = tmp_path / "pair.lock"
     held = open(lock, "a")
     fcntl.flock(held, fcntl.LOCK_EX)
-    threading.Timer(0.5, lambda: (fcntl.flock(held, fcntl.LOCK_UN), held.close())).start()
     said = []
-    with _locked(lock, said.append):
+
+    def note(text):  # the other builder finishes once the waiter has said so (no timer to race)
+        said.append(text)
+        fcntl.flock(held, fcntl.LOCK_UN)
+        held.close()
+
+    with _locked(lock, note):
         pass
     assert said and "waiting for another process" in said[0]
+
+
+# --- the shipped pair, and the portable kernels that make a build the same on every CPU ------------------
+
+# the build's first steps with whatever kernels the process starts with (the negative control)
+NATIVE_FINGERPRINT = """
+from cactus_bench.embedded.build import FINGERPRINT_STEPS, SPEC, prepare, train_role
+_, examples, configs = prepare(SPEC, log=lambda s: None)
+model = train_role(SPEC, "drafter", examples["drafter"], configs["drafter"], log=lambda s: None,
+                   stop_after=FINGERPRINT_STEPS)
+print(model.fingerprint)
+"""
+
+
+def test_the_default_pair_is_the_shipped_one_with_the_hashes_readme_quotes(tmp_path):
+    """`make demo` on a fresh machine copies the package's pair into the cache (no training); its weights
+    are byte for byte what README says, and it is the default recipe's."""
+    from pathlib import Path
+
+    from cactus_bench.embedded import shipped
+    from cactus_bench.embedded.build import SPEC, spec_hash
+
+    said = []
+    folder = ensure_pair(tmp_path, log=said.append)
+    assert any("the package's pair" in line for line in said) and not any("training" in line for line in said)
+    assert cache_problem(folder) is None and shipped.differences(folder) == []
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    quoted = dict(re.findall(r"`((?:verifier|drafter)/model\.safetensors)` sha256 `([0-9a-f]{64})`", readme))
+    assert quoted == shipped.weight_hashes(folder)
+    quality = json.loads((folder / "quality.json").read_text())
+    assert quality["spec_hash"] == spec_hash(SPEC) and quality["kernels"]["mkl_cbwr"] == "COMPATIBLE"
+
+
+def test_the_recipe_trains_the_shipped_weights_here_and_only_with_portable_kernels():
+    """The build's first steps in a process with the portable kernels give, on this CPU, the weights hash the
+    shipped pair's build recorded on the machine that trained it: the recipe reproduces here, even when this
+    machine is set to other kernels (ATen's default ones: the mechanism overrides them). Without the
+    mechanism, a process on those kernels trains other weights (the negative control), and `train_pair`
+    refuses to run."""
+    import os
+    import subprocess
+    import sys
+
+    from cactus_bench.embedded import shipped
+    from cactus_bench.embedded.kernels import run_portably
+
+    shipped_hash = shipped.quality()["fingerprints"]["drafter"]["sha256"]
+    said = []
+    default_kernels = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "AUTO"}
+    run_portably(["-m", "cactus_bench.embedded.train_pair", "fingerprint", "drafter"], said.append, default_kernels)
+    assert said[-1] == shipped_hash
+
+    env = {**os.environ, **default_kernels, "OMP_NUM_THREADS": "1"}
+    native = subprocess.run([sys.executable, "-c", NATIVE_FINGERPRINT], env=env, capture_output=True, text=True)
+    assert native.returncode == 0, native.stderr[-2000:]
+    assert native.stdout.split()[-1] != shipped_hash
+    refused = subprocess.run(
+        [sys.executable, "-m", "cactus_bench.embedded.train_pair", "fingerprint", "drafter"],
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode == 2 and "portable kernels only" in refused.stdout

@@ -203,3 +203,30 @@ def test_a_gguf_file_loads_directly_as_the_verifier(folder, pair):
     ids = torch.tensor([pair.tokenizer(PROMPT)["input_ids"]])
     with torch.inference_mode():
         assert torch.equal(loaded.verifier(ids).logits, pair.verifier(ids).logits)
+
+
+CONVERT = "from cactus_bench.embedded.smollm2 import ensure_smollm2; print(ensure_smollm2(log=lambda s: None))"
+
+
+def test_the_gguf_conversion_writes_the_same_bytes_under_every_kernel_level(folder, tmp_path):
+    """De-quantising the GGUF file gives the recorded float32 bytes (README's hashes), in this tier's cache and
+    in two fresh conversions, one with torch's and numpy's widest kernels and one with their narrowest."""
+    import os
+    import subprocess
+    import sys
+
+    from cactus_bench.embedded.shipped import file_hashes
+    from cactus_bench.embedded.smollm2 import WEIGHTS_SHA256
+
+    assert file_hashes(folder, WEIGHTS_SHA256) == WEIGHTS_SHA256
+    narrow = {"ATEN_CPU_CAPABILITY": "default", "NPY_DISABLE_CPU_FEATURES": NUMPY_WIDE_FEATURES}
+    for name, level in (("wide", {"ATEN_CPU_CAPABILITY": "avx512"}), ("narrow", narrow)):
+        env = {**os.environ, **level, "CACTUS_BENCH_CACHE": str(tmp_path / name)}
+        env["CACTUS_BENCH_WHEELS"] = str(folder.parent / "wheels")  # the wheel this tier fetched: no download
+        done = subprocess.run([sys.executable, "-c", CONVERT], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert file_hashes(Path(done.stdout.split()[-1]), WEIGHTS_SHA256) == WEIGHTS_SHA256, name
+
+
+# numpy 2's dispatch targets above AVX2 (its baseline, X86_V3), off for the narrow conversion
+NUMPY_WIDE_FEATURES = "X86_V4 AVX512_ICL AVX512_SPR"

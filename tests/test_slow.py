@@ -207,3 +207,34 @@ def test_readmes_lm_eval_command_runs_as_written(env):
     cmd = readme_command("python -m cactus_bench.lm_eval_cli run")
     out = run([sys.executable, *cmd[1:], "--output_path", str(results / "lm_eval")], env, timeout=1200)
     assert "cactus_arith" in out.stdout and "exact_match" in out.stdout
+
+
+def deterministic_columns(markdown: str) -> list[str]:
+    """A printed table's rows without its timed column (paired speedup: machine-dependent by nature)."""
+    rows = [line for line in markdown.splitlines() if line.startswith("|")]
+    header = [c.strip() for c in rows[0].strip("|").split("|")]
+    timed = [i for i, name in enumerate(header) if "speedup" in name]
+    keep = lambda row: [c.strip() for i, c in enumerate(row.strip("|").split("|")) if i not in timed]  # noqa: E731
+    return [" | ".join(keep(row)) for row in rows]
+
+
+def test_the_demo_prints_the_same_numbers_under_every_cpu_kernel_level(env, tmp_path):
+    """The demo's deterministic columns (scores, Δ, AL, τ, Rej, acceptance, KLs, n) and every token are the
+    same whichever kernels torch and MKL run: ATen's default (scalar) kernels with MKL's COMPATIBLE branch,
+    and this CPU's widest (AVX-512 where it has it). The same 400 replies, decoded twice."""
+    env, _ = env
+    tables, tokens = {}, {}
+    levels = {"narrow": {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}, "wide": {}}
+    for name, level in levels.items():
+        results = tmp_path / name
+        here = {**env, **level, "CACTUS_BENCH_RESULTS": str(results)}
+        cmd = [sys.executable, "-m", "cactus_bench.sweep", "sweeps/demo.yaml", "limit=80", "timing_sample=null"]
+        out = run(cmd, here)
+        tables[name] = deterministic_columns(out.stdout[out.stdout.index("| label") :])
+        tokens[name] = {
+            (p.parent.name, json.loads(line)["index"]): json.loads(line)["tokens"]
+            for p in sorted(results.glob("runs/*/*/*/samples.jsonl"))
+            for line in p.read_text().splitlines()
+        }
+    assert len(tokens["wide"]) == 400 and tokens["wide"] == tokens["narrow"]
+    assert len(tables["wide"]) == 7 and tables["wide"] == tables["narrow"], "\n".join(tables["wide"] + tables["narrow"])

@@ -1,9 +1,11 @@
-"""The embedded offline pair: build on first use, cache, verify, rebuild when corrupt.
+"""The embedded offline pair: the recipe, the cache, verified, rebuilt when corrupt.
 
 `ensure_pair()` returns a folder with `drafter/` and `verifier/` (each a `save_pretrained` model plus the
-tokenizer), loadable by `load_pair` like any hub model, and `quality.json` with the measured quality.
-A lock file serialises builders; the build writes into a temporary folder renamed into place, and a
-manifest of sha256 sums detects a partial or corrupt cache.
+tokenizer), loadable by `load_pair` like any hub model, and `quality.json` with the measured quality. The
+default recipe's pair ships with the package (`shipped.py`) and is copied into the cache; another recipe
+(or `rebuild`) is trained in a process of its own with portable kernels (`kernels.py`), so the same recipe
+gives the same bytes on any x86-64 CPU with AVX2. A lock file serialises builders; the build writes into
+a temporary folder renamed into place, and a manifest of sha256 sums detects a partial or corrupt cache.
 """
 
 from __future__ import annotations
@@ -13,24 +15,27 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from transformers import PreTrainedModel
+from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 from ..decode import speculative_generate
 from ..decode.warp import Warper
 from ..utils import write_text_atomic
-from . import arith
+from . import arith, shipped
+from .kernels import describe, run_portably
 from .tokenizer import chat_text, train_tokenizer
-from .train import encode_examples, model_config, train
+from .train import LazyExamples, model_config, train
 
 # The recipe. Changing it changes the cache folder's name, so old caches are never mistaken for new ones.
+# Version 3: built with portable kernels (version 2's weights depended on the CPU that trained them).
 SPEC = {
-    "version": 2,
+    "version": 3,
     "seed": 0,
     "tokenizer_vocab": 384,
     "max_positions": 8192,  # trained on short items, but must accept long prompts (GSM8K 5-shot) without error
@@ -72,6 +77,7 @@ SPEC = {
 }
 MANIFEST = "manifest.json"
 ROLES = ("verifier", "drafter")
+FINGERPRINT_STEPS = 25  # the weights' hash after this many steps is kept: a check of the build in seconds
 
 
 class Progress:
@@ -158,9 +164,26 @@ def _locked(lock_path: Path, log: Callable[[str], None] = print):
 def ensure_pair(
     cache_dir: Path | str | None = None, spec: dict = SPEC, log: Callable[[str], None] = print, rebuild: bool = False
 ) -> Path:
-    """The cached pair's folder, building it first if it is missing, partial or corrupt."""
+    """The cached pair's folder, made first if it is missing, partial or corrupt (or `rebuild`)."""
     folder = pair_dir(Path(cache_dir) if cache_dir else None, spec)
-    return cached_build(folder, lambda out: build(out, spec, log), log, rebuild)
+    return cached_build(folder, lambda out: make_pair(out, spec, log, rebuild), log, rebuild)
+
+
+def make_pair(out: Path, spec: dict, log: Callable[[str], None], rebuild: bool = False) -> None:
+    """The shipped pair when it is this recipe's (unless a rebuild is asked for), else a portable build."""
+    if not rebuild and shipped.holds(spec_hash(spec)):
+        log(f"embedded pair: the package's pair ({shipped.FOLDER})")
+        shutil.copytree(shipped.FOLDER, out)
+        return
+    build_portably(out, spec, log)
+
+
+def build_portably(out: Path, spec: dict, log: Callable[[str], None] = print) -> None:
+    """`build` in a new process started with the portable kernels (the same bytes on any AVX2 CPU)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        recipe = Path(tmp) / "spec.json"
+        recipe.write_text(json.dumps(spec))
+        run_portably(["-m", "cactus_bench.embedded.train_pair", "build", str(out), str(recipe)], log)
 
 
 def cached_build(
@@ -188,11 +211,11 @@ def cached_build(
     return folder
 
 
-def build(out: Path, spec: dict = SPEC, log: Callable[[str], None] = print) -> dict:
-    """Train the tokenizer, verifier and drafter on `arith`, measure quality, write everything + manifest."""
+def prepare(spec: dict, log: Callable[[str], None] = print) -> tuple[PreTrainedTokenizerFast, dict, dict]:
+    """The recipe's tokenizer, and per role its training examples (encoded as training draws them) and model
+    config."""
     t0 = time.perf_counter()
     seed = spec["seed"]
-    torch.manual_seed(seed)
     train_items = {
         role: arith.generate("train", arith.TRAIN_SIZE, seed, arith.Writer.from_dict(w))
         for role, w in spec["writers"].items()
@@ -202,15 +225,13 @@ def build(out: Path, spec: dict = SPEC, log: Callable[[str], None] = print) -> d
     eos, pad = tok.convert_tokens_to_ids("<|im_end|>"), tok.pad_token_id
     assert isinstance(eos, int)  # one token's id
     log(f"embedded pair: tokenizer ({len(tok)} tokens) ready ({time.perf_counter() - t0:.0f}s)")
-    progress = Progress(sum(spec[r]["steps"] * spec[r]["layers"] * spec[r]["hidden"] for r in ROLES), log)
-    models: dict[str, PreTrainedModel] = {}
+    examples, configs = {}, {}
     for role in ROLES:
-        s = spec[role]
-        items = train_items[role]
-        examples = encode_examples(
+        s, items = spec[role], train_items[role]
+        examples[role] = LazyExamples(
             tok, [chat_text(i.question) for i in items], [i.answer + "<|im_end|>" for i in items]
         )
-        cfg = model_config(
+        configs[role] = model_config(
             len(tok),
             s["hidden"],
             s["layers"],
@@ -221,17 +242,42 @@ def build(out: Path, spec: dict = SPEC, log: Callable[[str], None] = print) -> d
             pad,
             spec["max_positions"],
         )
+    return tok, examples, configs
+
+
+def train_role(
+    spec: dict, role: str, examples: list, config, log: Callable[[str], None] = print, **options
+) -> PreTrainedModel:
+    """One model of the pair, trained as the recipe says (`options`: `train`'s on_step, stop_after, ...)."""
+    s = spec[role]
+    return train(
+        config,
+        examples,
+        steps=s["steps"],
+        batch_size=s["batch"],
+        lr=s["lr"],
+        seed=spec["seed"] + (role == "drafter"),
+        log=log,
+        fingerprint_at=FINGERPRINT_STEPS,
+        **options,
+    )
+
+
+def build(out: Path, spec: dict = SPEC, log: Callable[[str], None] = print) -> dict:
+    """Train the tokenizer, verifier and drafter on `arith`, measure quality, write everything + manifest.
+    Deterministic in one process; the same bytes on every CPU when the process runs the portable kernels
+    (`build_portably`)."""
+    t0 = time.perf_counter()
+    torch.manual_seed(spec["seed"])
+    tok, examples, configs = prepare(spec, log)
+    eos, pad = configs["verifier"].eos_token_id, tok.pad_token_id
+    progress = Progress(sum(spec[r]["steps"] * spec[r]["layers"] * spec[r]["hidden"] for r in ROLES), log)
+    models: dict[str, PreTrainedModel] = {}
+    for role in ROLES:
+        s = spec[role]
         log(f"training the {role} ({s['layers']} layers x {s['hidden']} wide, {s['steps']} steps)")
-        models[role] = train(
-            cfg,
-            examples,
-            steps=s["steps"],
-            batch_size=s["batch"],
-            lr=s["lr"],
-            seed=seed + (role == "drafter"),
-            log=log,
-            on_step=progress.step_fn(s["layers"] * s["hidden"]),
-        )
+        step = progress.step_fn(s["layers"] * s["hidden"])
+        models[role] = train_role(spec, role, examples[role], configs[role], log, on_step=step)
         models[role].generation_config.eos_token_id = eos
         models[role].generation_config.pad_token_id = pad
         models[role].save_pretrained(out / role)
@@ -240,6 +286,9 @@ def build(out: Path, spec: dict = SPEC, log: Callable[[str], None] = print) -> d
     quality.update(
         build_seconds=round(time.perf_counter() - t0, 1),
         spec=spec,
+        spec_hash=spec_hash(spec),
+        kernels=describe(),
+        fingerprints={role: {"steps": FINGERPRINT_STEPS, "sha256": m.fingerprint} for role, m in models.items()},
         params={r: sum(p.numel() for p in m.parameters()) for r, m in models.items()},
     )
     write_text_atomic(out / "quality.json", json.dumps(quality, indent=1))

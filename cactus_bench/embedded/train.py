@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 from transformers import PreTrainedModel, Qwen3Config
@@ -48,6 +49,23 @@ def encode_examples(tokenizer, prompts: list[str], completions: list[str]) -> li
     return [(p + c, len(p)) for p, c in zip(p_ids, c_ids)]
 
 
+class LazyExamples(Sequence):
+    """`encode_examples`, one example at a time as training draws it: a few steps of a recipe encode the
+    examples they use, not all 30,000 of them."""
+
+    def __init__(self, tokenizer, prompts: list[str], completions: list[str]):
+        self.tokenizer, self.prompts, self.completions = tokenizer, prompts, completions
+        self.done: dict[int, tuple[list[int], int]] = {}
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    def __getitem__(self, i):
+        if i not in self.done:
+            self.done[i] = encode_examples(self.tokenizer, [self.prompts[i]], [self.completions[i]])[0]
+        return self.done[i]
+
+
 def collate(batch: list[tuple[list[int], int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     width = max(len(ids) for ids, _ in batch)
     input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
@@ -70,8 +88,12 @@ def train(
     seed: int,
     log: Callable[[str], None] = print,
     on_step: Callable[[], None] | None = None,
+    fingerprint_at: int | None = None,
+    stop_after: int | None = None,
 ) -> PreTrainedModel:
-    """Train from a seeded init; deterministic for a given seed (single process, CPU)."""
+    """Train from a seeded init; deterministic for a given seed (single process, CPU). `fingerprint_at`:
+    after that many steps, the weights' `state_hash` is kept as `model.fingerprint` (a check of the build's
+    first steps costs those steps alone); `stop_after`: stop there, the schedule still that of `steps`."""
     model = random_lm(config, seed).train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
     warmup = max(steps // 20, 1)
@@ -83,7 +105,8 @@ def train(
     if pad is None:
         raise ValueError("the model config names no pad token (training pads batches with it)")
     start = time.perf_counter()
-    for step in range(steps):
+    fingerprint = None
+    for step in range(steps if stop_after is None else min(steps, stop_after)):
         idx = torch.randint(0, len(examples), (batch_size,), generator=g).tolist()
         input_ids, labels, mask = collate([examples[i] for i in idx], pad)
         loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
@@ -94,6 +117,18 @@ def train(
         sched.step()
         if on_step is not None:
             on_step()
+        if step + 1 == fingerprint_at:
+            fingerprint = state_hash(model)
         if step % max(steps // 4, 1) == 0 or step == steps - 1:
             log(f"  step {step + 1}/{steps}  loss {loss.item():.3f}  ({time.perf_counter() - start:.0f}s)")
+    model.fingerprint = fingerprint
     return model.eval()
+
+
+def state_hash(model: torch.nn.Module) -> str:
+    """sha256 of the weights' bytes, tensor by tensor in name order."""
+    h = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(tensor.detach().contiguous().cpu().numpy().tobytes())
+    return h.hexdigest()

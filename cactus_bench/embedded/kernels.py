@@ -1,0 +1,71 @@
+"""Portable CPU kernels: bit-identical floating-point results on every x86-64 CPU with AVX2 or newer (AMD or
+Intel, with or without AVX-512), for building the embedded pair.
+
+torch picks its CPU kernels when a process starts, by the instruction set it finds (ATen's CPU capability:
+default, avx2 or avx512), and MKL, which runs torch's float32 matrix products on x86, picks its own code
+branch the same way. The branches block their sums differently, so the last bits of a result differ, and a
+training run multiplies those bits into other weights: the pair built on an Intel Xeon with AVX-512 hashed
+differently from the one built on an AMD EPYC with AVX2, and decoded another table.
+
+A process started with `PORTABLE` runs ATen's AVX2 kernels (one binary code path on every AVX2 CPU), MKL's
+COMPATIBLE branch (SSE2 without the approximate reciprocal instructions whose results differ between
+vendors: MKL's conditional numerical reproducibility, which MKL honours on non-Intel CPUs only for this
+branch; its AVX2 branch falls back to MKL's own dispatch there) and one thread (a sum split over threads is
+ordered by the thread count). All three are read once, when torch and MKL start, so they must be in the
+environment of a new process: `run_portably` starts one. MKL's COMPATIBLE branch costs about 2.3× in
+training time here, which is why the pair's weights ship with the package (`shipped.py`) and only a
+rebuild pays it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+
+PORTABLE = {
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "MKL_CBWR": "COMPATIBLE",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
+
+
+def is_portable() -> bool:
+    """This process started with the portable kernels (and torch runs ATen's AVX2 ones)."""
+    import torch
+
+    started = all(os.environ.get(k) == v for k, v in PORTABLE.items())
+    return started and torch.backends.cpu.get_cpu_capability() == "AVX2" and torch.get_num_threads() == 1
+
+
+def describe() -> dict:
+    """The kernels this process runs (stored with what it builds)."""
+    import torch
+
+    return {
+        "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "mkl_cbwr": os.environ.get("MKL_CBWR"),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+    }
+
+
+def run_portably(args: Sequence[str], log: Callable[[str], None] = print, env: dict | None = None) -> None:
+    """`python <args>` in a new process with the portable kernels, its output passed to `log` line by line;
+    a failure raises with its last lines."""
+    child = {**os.environ, **(env or {}), **PORTABLE}
+    proc = subprocess.Popen(
+        [sys.executable, *args], env=child, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+    )
+    assert proc.stdout is not None
+    said: list[str] = []
+    for line in proc.stdout:
+        said.append(line.rstrip("\n"))
+        log(said[-1])
+    if proc.wait() != 0:
+        tail = "\n".join(said[-20:])
+        raise RuntimeError(
+            f"the portable build (python {' '.join(args)}) failed with status {proc.returncode}:\n{tail}"
+        )
