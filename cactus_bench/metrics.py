@@ -11,7 +11,7 @@ A metric is one `Metric` in `METRICS`; the summary, the reports' labels, trackin
 * a *relative* metric compares a run's samples with a reference run's (`reference` = "sps" or
   "baseline", the verifier alone);
 * a *sampled* metric needs the samples themselves (`@sampled_metric`): the paired speedup, whose
-  bootstrap interval resamples items;
+  interval is Fieller's over items;
 * a metric with none of these is supplied by the benchmark (the task score).
 
 A metric may return an `Estimate` (value and 95 % interval); summaries and tables store the value under the
@@ -20,11 +20,12 @@ metric's name and the interval under `<name>_ci`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .intervals import Estimate, bootstrap, paired_difference, ratio_interval, ratio_of_sums
+from .intervals import Estimate, paired_difference, ratio_interval, ratio_of_ratios
 from .registry import Registry
 from .timing_conditions import timing_caveat
 
@@ -68,9 +69,11 @@ class Metric:
     tracked: bool = True  # logged to the tracker's run summary
     cli: bool = False  # printed by `python -m cactus_bench` at the end of a run
     better: str = "neither"  # "higher" or "lower" is better (dashboards' goals), or "neither" (a diagnostic)
+    floor: float = 0.0  # values nearer 0 than this are rounding, printed as 0 (the stored value is kept)
+    bounds: tuple[float, float] = (0.0, math.inf)  # what a ratio metric can be: its interval stays inside
 
     def format(self, value: float) -> str:
-        return self.fmt.format(value)
+        return self.fmt.format(0.0 if abs(value) < self.floor else value)
 
 
 BETTER = ("higher", "lower", "neither")
@@ -98,13 +101,26 @@ def pooled_metric(
     ratio: tuple[str, str] | None = None,
     *,
     better: str,
+    floor: float = 0.0,
+    bounds: tuple[float, float] = (0.0, math.inf),
 ):
     """Decorator: register a function of the pooled counters as the metric of the same name. `ratio` names
     its numerator and denominator counters when it is Σ numerator / Σ denominator over items: summaries then
     store its 95 % interval (`ratio_interval`) under `<name>_ci`. `better`: higher, lower or neither."""
 
     def deco(fn: Callable[[dict], float | None]) -> Callable[[dict], float | None]:
-        metric = Metric(fn.__name__, label, fmt, pooled=fn, ratio=ratio, tracked=tracked, cli=cli, better=better)
+        metric = Metric(
+            fn.__name__,
+            label,
+            fmt,
+            pooled=fn,
+            ratio=ratio,
+            tracked=tracked,
+            cli=cli,
+            better=better,
+            floor=floor,
+            bounds=bounds,
+        )
         METRICS.add(fn.__name__, metric)
         return fn
 
@@ -154,7 +170,8 @@ def flatten(name: str, value: float | Estimate | None) -> dict:
     """A metric's entries in a summary: the value, and for an `Estimate` its interval under `<name>_ci` and
     the number of items it was computed on under `<name>_n`."""
     if isinstance(value, Estimate):
-        return {name: value.value, f"{name}_ci": [value.low, value.high], f"{name}_n": value.items}
+        interval = None if value.low is None else [value.low, value.high]  # none below intervals.MIN_ITEMS
+        return {name: value.value, f"{name}_ci": interval, f"{name}_n": value.items}
     return {name: value}
 
 
@@ -175,33 +192,39 @@ def accepted_length(c: dict) -> float | None:
     return _ratio(c["accepted"], c["verifier_calls"]) if c["drafted"] else None
 
 
-@pooled_metric("τ", "{:.2f}", cli=True, ratio=("new_tokens", "verifier_calls"), better="higher")
+@pooled_metric("τ", "{:.2f}", cli=True, ratio=("new_tokens", "verifier_calls"), better="higher", bounds=(1.0, math.inf))
 def tau(c: dict) -> float | None:
     """Emitted tokens per verifier call (Spec-Bench's mean accepted tokens; 1 for the verifier alone)."""
     return _ratio(c["new_tokens"], c["verifier_calls"])
 
 
-@pooled_metric("acc. rate (any)", cli=True, ratio=("accepted_any", "drafted"), better="higher")
+@pooled_metric("acc. rate (any)", cli=True, ratio=("accepted_any", "drafted"), better="higher", bounds=(0.0, 1.0))
 def acceptance_rate(c: dict) -> float | None:
     """Drafts whose accept test passed, at any position, / drafts (what vLLM's spec-decode counters report,
     and what a "96 % acceptance" can only mean)."""
     return _ratio(c["accepted_any"], c["drafted"])
 
 
-@pooled_metric("acc. rate (prefix)", cli=True, ratio=("accepted", "drafted"), better="higher")
+@pooled_metric("acc. rate (prefix)", cli=True, ratio=("accepted", "drafted"), better="higher", bounds=(0.0, 1.0))
 def prefix_acceptance(c: dict) -> float | None:
     """Drafts accepted before the first rejection / drafts: AL / m when every call drafts m."""
     return _ratio(c["accepted"], c["drafted"])
 
 
-@pooled_metric("target KL", cli=True, ratio=("kl_sum", "kl_count"), better="lower")
+# A KL's per-position terms come from float32 probabilities, summed in float64: a mean below KL_FLOOR is the
+# rounding of a law equal to q (SpS: ~1e-18, with last bits that differ between CPU kernel levels), not a
+# divergence, and prints as 0 so a table reads the same on every machine.
+KL_FLOOR = 1e-12
+
+
+@pooled_metric("target KL", cli=True, ratio=("kl_sum", "kl_count"), better="lower", floor=KL_FLOOR)
 def target_kl(c: dict) -> float | None:
     """Mean over decided positions of KL(h‖q) for the target the rule verified against: the divergence
     budget it spent (Cactus's δ constrains this), not what it emitted (`output_kl`)."""
     return _ratio(c["kl_sum"], c["kl_count"])
 
 
-@pooled_metric("output KL", cli=True, ratio=("out_kl_sum", "out_kl_count"), better="lower")
+@pooled_metric("output KL", cli=True, ratio=("out_kl_sum", "out_kl_count"), better="lower", floor=KL_FLOOR)
 def output_kl(c: dict) -> float | None:
     """Mean over decided positions of KL(P_out‖q), P_out the rule's exact law of the token it emits there:
     how far what the method writes strays from the verifier (0 for SpS, and for Cactus when p = q)."""
@@ -242,24 +265,20 @@ def tokens_per_s(c: dict) -> float | None:
 
 @relative_metric("Rej %", reference="sps", fmt="{:+.0f}%", better="lower")
 def rej(samples: list[dict], sps_samples: list[dict]) -> Estimate | None:
-    """Relative change (%) of rejected drafts per emitted token vs SpS; negative is better. Its 95 % interval
-    is a percentile bootstrap resampling the items both runs decoded (each item's pair of runs together)."""
-    r = rejected_per_token(pool(samples))
-    r_sps = rejected_per_token(pool(sps_samples))
-    if r is None or not r_sps:
-        return None
-    value = 100.0 * (r / r_sps - 1.0)
+    """Relative change (%) of rejected drafts per emitted token vs SpS over the items both runs decoded;
+    negative is better. Its 95 % interval: `ratio_of_ratios` (the jackknife over items on the log of
+    r / r_SpS), mapped to %."""
     ref = {s["id"]: s["stats"] for s in sps_samples}
-    items = [(s["stats"], ref[s["id"]]) for s in samples if s["id"] in ref]
-    if len(items) < 2:
-        return Estimate(value, value, value, len(items))
-
-    def resampled(draw):
-        num = [sum(x[k] for x, _ in draw) for k in ("rejected", "new_tokens")]
-        den = [sum(y[k] for _, y in draw) for k in ("rejected", "new_tokens")]
-        return 100.0 * ((num[0] / num[1]) / (den[0] / den[1]) - 1.0) if num[1] and den[0] and den[1] else None
-
-    return bootstrap(items, resampled, value, resamples=1000)
+    items = [
+        (s["stats"]["rejected"], s["stats"]["new_tokens"], ref[s["id"]]["rejected"], ref[s["id"]]["new_tokens"])
+        for s in samples
+        if s["id"] in ref
+    ]
+    est = ratio_of_ratios(items)
+    if est is None:
+        return None
+    percent = [None if x is None else 100.0 * (x - 1.0) for x in est[:3]]
+    return Estimate(percent[0], percent[1], percent[2], est.items)
 
 
 @relative_metric("Δ score vs verifier", reference="baseline", fmt="{:+.2f}", cli=True, better="higher")
@@ -278,9 +297,10 @@ def score_delta_sps(samples: list[dict], sps_samples: list[dict]) -> Estimate | 
 @sampled_metric("speedup (paired)", "{:.2f}×", cli=True, timed=True, better="higher")
 def paired_speedup(samples: list[dict]) -> Estimate | None:
     """Paired timing: each item decoded by the verifier alone and by the method back to back in one process
-    (alternating which goes first); Σ verifier-alone time / Σ method time over the items, with a bootstrap
-    95 % interval. A busy machine slows both decodes of an item alike, so the ratio keeps its meaning."""
-    return ratio_of_sums(
+    (alternating which goes first); Σ verifier-alone time / Σ method time over the items, with Fieller's
+    95 % interval (`ratio_interval`). A busy machine slows both decodes of an item alike, so the ratio keeps
+    its meaning."""
+    return ratio_interval(
         [(s["stats"].get("paired_baseline_time"), s["stats"].get("paired_method_time")) for s in samples]
     )
 
@@ -291,7 +311,7 @@ def speedup(samples: list[dict], baseline_samples: list[dict]) -> Estimate | Non
     (the authors time the whole task; per-item sums leave out only the harness's own work). The two runs
     were timed at different moments: on a shared machine this measures the load too (see paired_speedup)."""
     base = {s["id"]: s["stats"]["wall_time"] for s in baseline_samples}
-    return ratio_of_sums([(base[s["id"]], s["stats"]["wall_time"]) for s in samples if s["id"] in base])
+    return ratio_interval([(base[s["id"]], s["stats"]["wall_time"]) for s in samples if s["id"] in base])
 
 
 @relative_metric("throughput ×", reference="baseline", fmt="{:.2f}×", timed=True, better="higher")
@@ -344,8 +364,8 @@ def decode_metrics(samples: list[dict]) -> dict:
     for m in METRICS.values():
         if m.ratio is not None and out.get(m.name) is not None:
             num, den = m.ratio
-            est = ratio_interval([(s["stats"].get(num), s["stats"].get(den)) for s in samples])
-            if est is not None:
+            est = ratio_interval([(s["stats"].get(num), s["stats"].get(den)) for s in samples], m.bounds)
+            if est is not None and est.low is not None:
                 out[f"{m.name}_ci"] = [est.low, est.high]
         if m.sampled is not None:
             reading = read(m, samples)

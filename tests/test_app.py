@@ -207,8 +207,8 @@ def test_paired_timing_decodes_the_verifier_alone_beside_each_item(small_pair_di
     assert [s["stats"]["paired_baseline_first"] for s in samples] == [True, False, True, False]
     assert [s["stats"]["paired_baseline_tokens"] for s in samples] == [len(a["tokens"]) for a in ar_samples]
     assert all(s["stats"]["paired_baseline_time"] > 0 and s["stats"]["paired_method_time"] > 0 for s in samples)
-    low, high = summary["paired_speedup_ci"]
-    assert low <= summary["paired_speedup"] <= high
+    assert summary["paired_speedup"] > 0 and summary["paired_speedup_n"] == 4
+    assert summary["paired_speedup_ci"] is None  # 4 items: too few for an interval (intervals.MIN_ITEMS)
     assert run_dir(cfg) == run_dir(cfg_of(*common, "method=sps", results=tmp_path, pair_dir=small_pair_dir))
     assert run_mod.run(ar_cfg)["paired_speedup"] is None  # the verifier alone is not paired with itself
 
@@ -280,7 +280,7 @@ def fixture_store(small_pair_dir, tmp_path_factory):
             "data=arith",
             f"method={row['method']}",
             "m=3",
-            "limit=3",
+            "limit=10",  # intervals need intervals.MIN_ITEMS items
             "max_gen_toks=10",
             "paired_timing=true",
             "progress=false",
@@ -298,7 +298,7 @@ def test_table_from_a_fixture_store(fixture_store, small_pair_dir, tmp_path):
     assert "+0%" in md  # SpS's Rej against itself
     sps_row = next(line for line in md.splitlines() if line.startswith("| SpS "))
     assert re.search(r"\d\.\d\d× \[\d\.\d\d, \d\.\d\d\]", sps_row)  # paired speedup [95 % interval]
-    assert "speedup (paired)" in md and re.search(r"^\| SpS .*\|\s+3\s+\|$", md, re.M)  # every row: its n items
+    assert "speedup (paired)" in md and re.search(r"^\| SpS .*\|\s+10\s+\|$", md, re.M)  # every row: its n items
     assert "no run for" not in md and "no SpS run" not in md
 
 
@@ -514,7 +514,7 @@ def test_figure_1_draws_each_methods_paired_difference_from_the_verifier(fixture
         for r in load_runs(fixture_store)
     ]
     figures(runs, tmp_path)
-    assert len(drawn["points"]) == 4 and "n = 3 items" in drawn["titles"][1]
+    assert len(drawn["points"]) == 4 and "n = 10 items" in drawn["titles"][1]
     ver = next(r for r in runs if r.is_baseline)
     want = sorted(
         (e.value, e.low, e.high)

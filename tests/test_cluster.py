@@ -62,11 +62,12 @@ def env_for(results: Path) -> dict:
     return {**os.environ, "CACTUS_BENCH_RESULTS": str(results), "PYTHONUNBUFFERED": "1"}
 
 
-def sweep(spec: Path, results: Path, pair_dir, *args, background=False):
+def sweep(spec: Path, results: Path, pair_dir, *args, background=False, env=None):
     from .helpers.configs import pair_overrides
 
     cmd = [sys.executable, "-m", "cactus_bench.sweep", str(spec), *args, *pair_overrides(pair_dir), "progress=false"]
-    kw = dict(cwd=ROOT, env=env_for(results), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env = {**env_for(results), **(env or {})}
+    kw = dict(cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if background:
         return subprocess.Popen(cmd, **kw)
     return subprocess.run(cmd, timeout=480, **kw)
@@ -104,15 +105,24 @@ def squeue_state(job: str) -> str:
     return dict(line.split() for line in out.splitlines()).get(job, "gone")
 
 
+HOLD = ROOT / "tests" / "helpers" / "hold"  # its sitecustomize holds a run mid-shard
+
+
 def sweep_mid_shard(tmp_path, pair_dir, shard: int, samples_written: int):
-    """A 40-item, two-shard sweep of the verifier alone in the background, caught once `shard` has written
-    `samples_written` samples: (the sweep's process, the shard's samples file, its SLURM job)."""
+    """A 40-item, two-shard sweep of the verifier alone in the background whose runs stop before their
+    sample after `samples_written` until `release()` (so what the test does next meets a shard mid-run
+    however fast this machine is), caught there: (the spec, the sweep's process, the shard's samples file,
+    its SLURM job, release)."""
     spec = spec_file(tmp_path, limit=40, rows=("ar",))
-    proc = sweep(spec, tmp_path, pair_dir, "shards=2", *CPU_JOBS, background=True)
+    gate = tmp_path / "release"
+    held = {"CACTUS_TEST_HOLD_AFTER": str(samples_written), "CACTUS_TEST_HOLD_RELEASE": str(gate)}
+    held["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HOLD), os.environ.get("PYTHONPATH")]))
+    proc = sweep(spec, tmp_path, pair_dir, "shards=2", *CPU_JOBS, background=True, env=held)
     pattern = f"ar_*/samples.shard-{shard}-of-2.jsonl"
     samples = wait_for(lambda: next(iter(shard_files(tmp_path, pattern)), None), what="a shard")
     wait_for(lambda: len(read_samples_file(samples)) >= samples_written, what=f"{samples_written} samples")
-    return spec, proc, samples, running_job(samples.with_name(f"manifest.shard-{shard}-of-2.json"))
+    job = running_job(samples.with_name(f"manifest.shard-{shard}-of-2.json"))
+    return spec, proc, samples, job, gate.touch
 
 
 def test_a_sharded_sweep_on_slurm_equals_the_same_sweep_run_locally(small_pair_dir, tmp_path):
@@ -133,9 +143,10 @@ def test_a_sharded_sweep_on_slurm_equals_the_same_sweep_run_locally(small_pair_d
 
 
 def test_a_requeued_job_resumes_its_shard_with_nothing_lost_or_repeated(small_pair_dir, tmp_path):
-    _, proc, samples, job = sweep_mid_shard(tmp_path, small_pair_dir, shard=0, samples_written=3)
+    _, proc, samples, job, release = sweep_mid_shard(tmp_path, small_pair_dir, shard=0, samples_written=3)
     subprocess.run(["scontrol", "requeue", job], check=True)
     wait_for(lambda: squeue_state(job) == "PENDING", what="the job pending again")
+    release()  # the requeued job and the other shard may now decode past the hold
     # SLURM holds a requeued job ~2 minutes before it may start; a test need not wait for that
     subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)
     out, _ = proc.communicate(timeout=480)
@@ -151,8 +162,10 @@ def test_a_requeued_job_resumes_its_shard_with_nothing_lost_or_repeated(small_pa
 
 
 def test_a_cancelled_shard_is_named_and_resubmitted_alone(small_pair_dir, tmp_path):
-    spec, proc, samples, job = sweep_mid_shard(tmp_path, small_pair_dir, shard=1, samples_written=2)
+    spec, proc, samples, job, release = sweep_mid_shard(tmp_path, small_pair_dir, shard=1, samples_written=2)
     subprocess.run(["scancel", job], check=True)
+    wait_for(lambda: squeue_state(job) in ("gone", "CANCELLED"), what="the job cancelled")
+    release()  # the other shard may now finish
     out, _ = proc.communicate(timeout=480)
     assert proc.returncode == 2, out[-3000:]
     said = " ".join(out.split())  # the paragraph, unwrapped
@@ -174,9 +187,11 @@ def test_a_cancelled_shard_is_named_and_resubmitted_alone(small_pair_dir, tmp_pa
 def test_sigterm_with_a_grace_period_leaves_whole_lines_and_no_lock(small_pair_dir, tmp_path):
     """What pre-emption sends (`scancel --signal=TERM`): the run stops between samples, every stored line is
     whole, the shard's lock is gone and its manifest says interrupted; the same sweep finishes it."""
-    spec, proc, samples, job = sweep_mid_shard(tmp_path, small_pair_dir, shard=0, samples_written=2)
+    spec, proc, samples, job, release = sweep_mid_shard(tmp_path, small_pair_dir, shard=0, samples_written=2)
     manifest = samples.with_name("manifest.shard-0-of-2.json")
     subprocess.run(["scancel", "--signal=TERM", job], check=True)  # to the job step: the run itself
+    wait_for(lambda: json.loads(manifest.read_text())["status"] == "interrupted", what="the shard interrupted")
+    release()  # the other shard may now finish
     out, _ = proc.communicate(timeout=480)
     assert proc.returncode == 2 and f"job {job} (+run=cl_0-0of2)" in out, out[-3000:]
     text = samples.read_text()

@@ -239,7 +239,7 @@ def _paired(base_seconds, method_seconds):
     return {"id": 0, "stats": {"paired_baseline_time": base_seconds, "paired_method_time": method_seconds}}
 
 
-def test_paired_speedup_is_the_ratio_of_summed_times_with_a_bootstrap_interval():
+def test_paired_speedup_is_the_ratio_of_summed_times_with_fiellers_interval():
     from cactus_bench import metrics
 
     rng = random.Random(0)
@@ -250,11 +250,13 @@ def test_paired_speedup_is_the_ratio_of_summed_times_with_a_bootstrap_interval()
     )
     assert est.value == pytest.approx(total) and est.items == 200
     assert 1.2 < est.low < est.value < est.high < 1.8 and est.high - est.low < 0.1
-    assert metrics.paired_speedup(samples) == est  # seeded: the same samples, the same interval
+    assert metrics.paired_speedup(samples) == est  # the same samples, the same interval
     wider = metrics.paired_speedup(samples[:20])  # fewer items, a wider interval
     assert wider.high - wider.low > est.high - est.low
-    constant = metrics.paired_speedup([_paired(b, b / 2) for b in (0.1, 0.3, 0.2, 0.7)])
+    constant = metrics.paired_speedup([_paired(b, b / 2) for b in (0.1, 0.3, 0.2, 0.7, 0.4) * 2])
     assert constant.low == pytest.approx(2.0) and constant.high == pytest.approx(2.0)  # no spread, no width
+    few = metrics.paired_speedup(samples[:4])
+    assert few.value > 1 and few.low is None and few.items == 4  # below intervals.MIN_ITEMS: no interval
     # items decoded without paired timing are left out, not counted as zero
     assert metrics.paired_speedup([*samples, {"id": 1, "stats": {"wall_time": 9.0}}]) == est
     assert metrics.paired_speedup([{"id": 1, "stats": {"wall_time": 9.0}}]) is None

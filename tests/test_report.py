@@ -38,11 +38,11 @@ def test_several_seeds_are_runs_of_their_own_and_a_table_pools_them_by_item(smal
     from cactus_bench.metrics import ratio_interval
     from cactus_bench.sweep import spec_cells
 
-    spec = {**demo_spec(limit=4), "seeds": [0, 1], "columns": ["score", "accepted_length"]}
+    spec = {**demo_spec(limit=10), "seeds": [0, 1], "columns": ["score", "accepted_length"]}
     assert len(spec_cells(spec)) == 2 * len(spec["rows"])
     for seed in (0, 1):
         for method in ("ar", "sps"):
-            run_cell(method, f"seed={seed}", results=tmp_path, pair_dir=small_pair_dir, limit=4)
+            run_cell(method, f"seed={seed}", results=tmp_path, pair_dir=small_pair_dir, limit=10)
     spec["rows"] = [r for r in spec["rows"] if r["method"] in ("ar", "sps")]
     spec["intervals"] = ["accepted_length"]
     df, notes = build_table(spec, load_runs(tmp_path), pair_overrides(small_pair_dir))
@@ -58,7 +58,7 @@ def test_several_seeds_are_runs_of_their_own_and_a_table_pools_them_by_item(smal
     assert cell["ours"] == pytest.approx(clustered.value)
     assert list(cell["ci"]) == pytest.approx([clustered.low, clustered.high])
     assert list(cell["ci"]) != pytest.approx([independent.low, independent.high])  # the 2n decodes as units
-    assert df[(df["label"] == "SpS") & (df["metric"] == "n")].iloc[0]["ours"] == 4
+    assert df[(df["label"] == "SpS") & (df["metric"] == "n")].iloc[0]["ours"] == 10
 
 
 def test_damaged_files_are_one_paragraph_in_report_and_score(small_pair_dir, tmp_path):

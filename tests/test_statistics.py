@@ -19,21 +19,55 @@ def test_t_quantiles():
 
 
 def test_paired_difference_by_hand():
-    """Scores 100/0/100/100 against 100/0/0/100: d = 0, 0, 100, 0; mean 25, sample deviation 50, standard
-    error 25, half-width t(3) x 25 = 79.56. Items only one run scored are left out."""
-    method = [{"id": i, "score": s} for i, s in enumerate([100, 0, 100, 100, 100])]
-    ref = [{"id": i, "score": s} for i, s in enumerate([100, 0, 0, 100])] + [{"id": 9, "score": 0}]
+    """d = 100 on 3 of 10 items, 0 on 7: mean 30, sample deviation sqrt((3·70² + 7·30²)/9) = 48.305, standard
+    error 15.275, half-width t(9) · 15.275 = 34.555. Items only one run scored are left out."""
+    method = [{"id": i, "score": 100 if i < 3 else 50} for i in range(10)] + [{"id": 99, "score": 0}]
+    ref = [{"id": i, "score": 0 if i < 3 else 50} for i in range(10)]
     est = intervals.paired_difference(method, ref)
-    assert est.items == 4 and est.value == 25
-    assert (est.low, est.high) == pytest.approx((25 - 3.182446305 * 25, 25 + 3.182446305 * 25))
+    assert est.items == 10 and est.value == 30
+    half = intervals.t95(9) * math.sqrt((3 * 70**2 + 7 * 30**2) / 9) / math.sqrt(10)
+    assert (est.low, est.high) == pytest.approx((30 - half, 30 + half))
+
+
+def test_an_interval_stays_in_the_range_its_quantity_can_take_and_none_is_given_on_too_few_items():
+    """On 3 items a Δ score read +33.33 [-110.09, +176.76] and an acceptance rate [-0.148, 0.828]: a score
+    difference lies within ±100 points and a rate within [0, 1], and below MIN_ITEMS items no interval holds
+    its coverage, so none is given (the value is)."""
+    d = [{"id": i, "score": 100} for i in range(9)] + [{"id": 9, "score": 0}]
+    est = intervals.paired_difference(d, [{"id": i, "score": 0} for i in range(10)])
+    assert est.value == 90 and est.high == 100 and 60 < est.low < 90  # t's upper end, 112.6, cut at 100
+    three = intervals.paired_difference(d[:3], [{"id": i, "score": 0} for i in range(3)])
+    assert three.value == 100 and three.low is None and three.high is None and three.items == 3
+    rate = intervals.ratio_interval([(4, 4)] * 11 + [(2, 4)], bounds=(0.0, 1.0))
+    assert rate.high == 1.0 and rate.low < rate.value < 1.0
+    assert metrics.flatten("score_delta", three) == {"score_delta": 100, "score_delta_ci": None, "score_delta_n": 3}
 
 
 def test_ratio_interval_by_hand():
-    """(a, b) = (1, 2), (3, 2), (2, 4): R = 6/8 = 0.75; residuals a − R·b = −0.5, 1.5, −1 (squares 3.5);
-    var = 3/2 · 3.5 / 64; half-width t(2) · sqrt(var) = 4.3027 · 0.28641 = 1.2323."""
-    est = intervals.ratio_interval([(1, 2), (3, 2), (2, 4)])
-    half = 4.302652729749464 * math.sqrt(1.5 * 3.5 / 64)
-    assert est.value == 0.75 and (est.low, est.high) == pytest.approx((0.75 - half, 0.75 + half))
+    """Fieller's interval where the denominators are all alike (b = 2) is the t interval of a / 2: a = 0..9,
+    mean 4.5, sample deviation sqrt(82.5 / 9), half-width t(9) · 0.957427 = 2.165858 on a, so R = 2.25 ±
+    1.082929. With unequal denominators it leans the way the ratio is skewed (not symmetric about R)."""
+    est = intervals.ratio_interval([(a, 2) for a in range(10)])
+    half = intervals.t95(9) * math.sqrt(82.5 / 9) / math.sqrt(10) / 2
+    assert est.value == 2.25 and (est.low, est.high) == pytest.approx((2.25 - half, 2.25 + half))
+    skew = intervals.ratio_interval([(b / 2 + (b % 3), b) for b in (1, 2, 3, 5, 8, 13, 21, 34, 55, 89)])
+    assert skew.high - skew.value > 1.1 * (skew.value - skew.low)
+
+
+def test_rej_by_hand():
+    """Rej = 100 · (r / r_SpS − 1), r = Σ rejected / Σ emitted over the items both runs decoded; its interval
+    is the jackknife over items on log(r / r_SpS) with t(n − 1), mapped to %."""
+    run = [{"id": i, "stats": {"rejected": 2 + i % 3, "new_tokens": 10}} for i in range(12)]
+    sps = [{"id": i, "stats": {"rejected": 4, "new_tokens": 10 + i % 2}} for i in range(12)]
+    est = metrics.rej(run, sps)
+    a, b, c, d = sum(2 + i % 3 for i in range(12)), 120, 48, sum(10 + i % 2 for i in range(12))
+    ratio = (a / b) / (c / d)
+    assert est.value == pytest.approx(100 * (ratio - 1)) and est.items == 12
+    left_out = [math.log(((a - 2 - i % 3) / (b - 10)) / ((c - 4) / (d - 10 - i % 2))) for i in range(12)]
+    mean = sum(left_out) / 12
+    half = intervals.t95(11) * math.sqrt(11 / 12 * sum((x - mean) ** 2 for x in left_out))
+    want = (100 * (ratio * math.exp(-half) - 1), 100 * (ratio * math.exp(half) - 1))
+    assert (est.low, est.high) == pytest.approx(want)
 
 
 def simulated_pair(rng, n, effect):
@@ -99,22 +133,72 @@ def test_the_clustered_ratio_interval_covers_at_about_95_percent_and_a_per_round
     assert per_round < 240
 
 
+COVERAGE_SIZES = (20, 40, 200)
+
+
+def coverage(interval, draw, truth, n, reps=1000, seed=0) -> float:
+    """Percent of `reps` simulated runs of n items whose interval (`interval(items)` -> (low, high)) holds
+    `truth`; `draw(rng, n)` simulates one run's items."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for _ in range(reps):
+        low, high = interval(draw(rng, n))
+        hits += low <= truth <= high
+    return 100.0 * hits / reps
+
+
+def delta_method(pairs):
+    """The interval this project printed before: R ± t(n−1) · se, se by the delta method clustered by item
+    (symmetric about R: what fails at small n when items differ in length)."""
+    n, den = len(pairs), sum(b for _, b in pairs)
+    r = sum(a for a, _ in pairs) / den
+    half = intervals.t95(n - 1) * math.sqrt(n / (n - 1) * sum((a - r * b) ** 2 for a, b in pairs)) / den
+    return r - half, r + half
+
+
+def test_every_interval_keeps_its_coverage_at_20_40_and_200_items_and_the_old_ratio_interval_did_not():
+    """Seeded simulations over items as unlike as real ones (each item's acceptance from Beta(2, 2), the
+    U-shaped Beta(0.5, 0.5) or Beta(5, 2); its length log-normal: a few items hold most rounds), for each
+    interval a table prints:
+    AL (and τ, acceptance: the same ratio interval, within their bounds), Rej, the paired Δ score and the
+    paired speedup. Each covers the population value in 95 % ± 2.5 points of 1,000 runs at 20, 40 and 200
+    items. The control: the delta-method interval used before covers 88 % at 20 such items."""
+    from .helpers import coverage_models as models
+
+    checks = {
+        "AL, Beta(2,2)": (lambda p: intervals.ratio_interval(p), models.al(2, 2)),
+        "AL, Beta(0.5,0.5)": (lambda p: intervals.ratio_interval(p), models.al(0.5, 0.5, sigma=0.75)),
+        "AL, Beta(5,2), m=10": (lambda p: intervals.ratio_interval(p), models.al(5, 2, m=10)),
+        "acceptance": (lambda p: intervals.ratio_interval(p, (0.0, 1.0)), models.acceptance(2, 2)),
+        "Rej": (lambda x: metrics.rej(*x), models.rej(2, 2)),
+        "Δ score": (lambda x: intervals.paired_difference(*x), models.score_difference(2, 2)),
+        "paired speedup": (lambda x: metrics.paired_speedup(x), models.paired_times()),
+    }
+    for name, (interval, (draw, truth)) in checks.items():
+        for n in COVERAGE_SIZES:
+            est = lambda items: interval(items)[1:3]  # noqa: E731  (low, high)
+            got = coverage(est, draw, truth, n, seed=n)
+            assert 92.5 <= got <= 97.5, (name, n, got)
+    draw, truth = models.al(2, 2)
+    assert coverage(delta_method, draw, truth, 20, seed=20) < 92.5  # the control: the old interval fails here
+
+
 def test_summaries_carry_intervals_for_every_rate():
-    samples = [
-        {"id": i, "stats": {**dict.fromkeys(metrics.COUNTERS, 0), **s}}
-        for i, s in enumerate(
-            [
-                {"accepted": 3, "accepted_any": 4, "drafted": 8, "verifier_calls": 2, "new_tokens": 5, "rejected": 5},
-                {"accepted": 6, "accepted_any": 6, "drafted": 8, "verifier_calls": 2, "new_tokens": 8, "rejected": 2},
-                {"accepted": 1, "accepted_any": 3, "drafted": 8, "verifier_calls": 2, "new_tokens": 3, "rejected": 7},
-            ]
-        )
+    rows = [
+        {"accepted": 3, "accepted_any": 4, "drafted": 8, "verifier_calls": 2, "new_tokens": 5, "rejected": 5},
+        {"accepted": 6, "accepted_any": 6, "drafted": 8, "verifier_calls": 2, "new_tokens": 8, "rejected": 2},
+        {"accepted": 1, "accepted_any": 3, "drafted": 8, "verifier_calls": 2, "new_tokens": 3, "rejected": 7},
     ]
+    samples = [{"id": i, "stats": {**dict.fromkeys(metrics.COUNTERS, 0), **rows[i % 3]}} for i in range(12)]
     out = metrics.decode_metrics(samples)
     for name in ("accepted_length", "tau", "acceptance_rate", "prefix_acceptance", "rejected_per_token"):
         low, high = out[f"{name}_ci"]
         assert low < out[name] < high, name
+    assert out["tau_ci"][0] >= 1 and out["acceptance_rate_ci"][1] <= 1  # each within what it can be
     assert "target_kl_ci" not in out  # no KL counted: no figure, no interval
+    assert "accepted_length_ci" not in metrics.decode_metrics(samples[:9])  # too few items for one
 
 
 def test_the_detectable_difference_by_hand_and_in_the_plan():

@@ -79,13 +79,13 @@ def test_every_reader_shows_a_timed_metric_with_the_same_caveat(small_pair_dir, 
 def test_a_runs_summary_stores_its_paired_difference_from_the_verifier(small_pair_dir, tmp_path):
     """Run after the setting's verifier-alone run, a method's summary carries Δ score vs the verifier with its
     paired interval and n (what the CLI prints at the end of the run); without that run, no Δ."""
-    lone = run_cell("sps", results=tmp_path / "alone", pair_dir=small_pair_dir, limit=3)
+    lone = run_cell("sps", results=tmp_path / "alone", pair_dir=small_pair_dir, limit=10)
     assert "score_delta" not in lone
-    run_cell("ar", results=tmp_path, pair_dir=small_pair_dir, limit=3)
-    summary = run_cell("sps", results=tmp_path, pair_dir=small_pair_dir, limit=3)
-    folder = run_dir(cfg_of(*TINY, "method=sps", "limit=3", results=tmp_path, pair_dir=small_pair_dir))
+    run_cell("ar", results=tmp_path, pair_dir=small_pair_dir, limit=10)
+    summary = run_cell("sps", results=tmp_path, pair_dir=small_pair_dir, limit=10)
+    folder = run_dir(cfg_of(*TINY, "method=sps", "limit=10", results=tmp_path, pair_dir=small_pair_dir))
     stored = json.loads((folder / "summary.json").read_text())
-    assert stored["score_delta_n"] == 3 and len(stored["score_delta_ci"]) == 2
+    assert stored["score_delta_n"] == 10 and len(stored["score_delta_ci"]) == 2
     assert stored["score_delta"] == summary["score_delta"]
 
 

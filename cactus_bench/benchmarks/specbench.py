@@ -76,7 +76,7 @@ def speed_metrics(samples: list[dict], baseline: list[dict] | None) -> dict[str 
     τ and AL pooled over decoding steps (the metrics' own definitions), tokens/s (Spec-Bench's per-question
     speed, averaged), and against the AR baseline (same question ids) Spec-Bench's speedup, the ratio of
     mean speeds (`evaluation/speed.py`), plus the mean of per-question ratios for comparison; with paired
-    timing, the paired speedup (summed times, bootstrap interval) too."""
+    timing, the paired speedup (summed times, Fieller's interval) too."""
 
     def speed(sample):
         c = sample["answer"]["choices"][0]

@@ -35,6 +35,9 @@ REJ_FOOTNOTE = (
 PROTOCOL_NOTE = "Protocol (every setting that decides a number, ours against the authors'): docs/protocol.md."
 COLUMNS = ["data", "label", "metric", "metric_label", "ours", "stderr", "ci", "n", "mark", "paper", "paper_confidence"]
 CAVEAT_MARK = "⚠"  # a timed figure whose conditions differ: read its note
+NO_INTERVAL = (
+    f"no interval below {intervals.MIN_ITEMS} items: none of them keeps its 95 % coverage there (docs/statistics.md)"
+)
 
 
 def fmt(x, metric: str) -> str:
@@ -97,6 +100,10 @@ def build_table(spec: dict, runs: list[Run], overrides: list[str] = ()) -> tuple
                         withheld, reason = caveat
                         notes.append(f"{row['label']}: {reason}")
                         ours, mark = (None, "") if withheld else (ours, CAVEAT_MARK)
+                    if ours is not None and shows_interval(spec, col) and values.get(f"{col}_ci") is None:
+                        few = values.get(f"{col}_n")
+                        if few is not None and few < intervals.MIN_ITEMS:
+                            notes.append(NO_INTERVAL)
                     records.append(
                         {
                             "data": data if group is None else group,
@@ -126,8 +133,8 @@ def below_detectable(col: str, values: dict) -> str | None:
     if value is None or ci is None or not n or n < 3:
         return None
     sd = intervals.difference_sd(intervals.Estimate(value, ci[0], ci[1], n))
-    size = intervals.detectable_difference(sd, n)
-    if abs(value) >= size:
+    size = intervals.detectable_difference(sd, n) if sd is not None else None
+    if size is None or abs(value) >= size:
         return None
     return (
         f"{m.label} {m.format(value)} is below the {size:.1f} points {n} items can detect (paired, 80 % power, "
@@ -248,7 +255,7 @@ def render_table(
     if spec.get("paper") and spec["pair"] == spec.get("paper_pair", spec["pair"]):
         md += f"ours (paper) — paper numbers from `{spec['paper']}`\n\n"
     md += table.to_markdown() + "\n"
-    notes = notes + _footnotes(spec, df)
+    notes = list(dict.fromkeys(notes)) + _footnotes(spec, df)  # each note once
     if notes:
         md += "\n" + "\n".join(f"- {n}" for n in notes) + "\n"
     if df["ours"].isna().all():  # no stored run matched any cell: never replace a file with an empty table

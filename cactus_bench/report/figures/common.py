@@ -114,3 +114,11 @@ def verifier_band(ax, score: float | None, stderr: float | None, label: str = "v
     sd = stderr if stderr is not None and not pd.isna(stderr) else 0.0
     ax.axhspan(score - sd, score + sd, color="grey", alpha=0.25, label=label)
     ax.axhline(score, color="grey", lw=1)
+
+
+def error_bar(est) -> tuple[float, float]:
+    """An estimate's interval as (below, above) its value; none drawn (0, 0) where it has no interval (fewer
+    items than `intervals.MIN_ITEMS`)."""
+    if est.low is None:
+        return 0.0, 0.0
+    return est.value - est.low, est.high - est.value

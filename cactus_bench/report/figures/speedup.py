@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from ... import metrics
 from ...app.runs import Run
-from .common import CAVEAT_MARK, delta_label, method_label, plt
+from .common import CAVEAT_MARK, delta_label, error_bar, method_label, plt
 
 
 def speedup_of(run: Run, ar_run: Run) -> tuple[metrics.Reading, str]:
     """The paired speedup where the run has paired times, else the task-time ratio against the separate
-    verifier-alone run; each with its bootstrap 95 % interval and its timing caveat (`metrics.read`: the
+    verifier-alone run; each with its 95 % interval (Fieller's) and its timing caveat (`metrics.read`: the
     same reading the tables print; a withheld value is None), and which one it is."""
     paired = metrics.read("paired_speedup", run.samples)
     if paired.value is not None or paired.withheld:
@@ -31,8 +31,9 @@ def draw(sink, name, title, g, ver) -> None:
         if est is not None:
             labels.append(label + (f" {CAVEAT_MARK}" if reading.flagged else ""))
             values.append(est.value)
-            lows.append(est.value - est.low)
-            highs.append(est.high - est.value)
+            below, above = error_bar(est)
+            lows.append(below)
+            highs.append(above)
             kinds.add(kind)
     if caveats:
         sink.notes(f"fig3_speedup_{name}", caveats)
@@ -44,7 +45,7 @@ def draw(sink, name, title, g, ver) -> None:
         ax.annotate(f"{v:.2f}×", (v + up, y), xytext=(5, -3), textcoords="offset points", fontsize=7)
     ax.axvline(1.0, color="k", lw=1)
     ax.invert_yaxis()
-    ax.set(xlabel=f"speedup over the verifier alone ({' / '.join(sorted(kinds))}; 95 % bootstrap interval)")
+    ax.set(xlabel=f"speedup over the verifier alone ({' / '.join(sorted(kinds))}; 95 % interval)")
     ax.set_title(f"Speedup — {title}", fontsize=10)
     if caveats:  # on the figure itself, as the tables print it under theirs
         fig.text(0, -0.02, "\n".join(f"{CAVEAT_MARK} {c}" for c in caveats), fontsize=6, va="top", wrap=True)

@@ -5,7 +5,7 @@ comparison the claims are about: docs/statistics.md)."""
 from __future__ import annotations
 
 from ... import metrics
-from .common import delta_label, method_label, method_styles, plt, verifier_band
+from .common import delta_label, error_bar, method_label, method_styles, plt, verifier_band
 
 
 def draw(sink, name, title, g, ver) -> None:
@@ -61,7 +61,7 @@ def _paired_panel(ax, g, ver_run, styles) -> None:
             ax.errorbar(
                 [r["accepted_length"]],
                 [est.value],
-                yerr=[[est.value - est.low], [est.high - est.value]],
+                yerr=[[b] for b in error_bar(est)],
                 fmt=styles[method]["marker"],
                 color=styles[method]["color"],
                 mfc="none",

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
+from ....precision import dtype_name
 from ...api import DecodeSpec, Generation, ModelLoadError, ModelSpec, Request, stable_seed
 from ...stats import GenerationOutput, Rounds, counted_drafts, round_columns
 from ..hf import cut_at_stop, reply_text
@@ -47,7 +48,9 @@ def engine(models: ModelSpec, spec: DecodeSpec, drafter: str | None):
     on_gpu = torch.cuda.is_available() and models.device != "cpu"
     name = spec.engine if spec.engine != "auto" else ("compiled" if on_gpu else "eager")
     m = spec.method.m if drafter else 0
-    dtype = models.verifier_dtype or models.dtype
+    # what `auto` means in this project (a run's identity holds it): bfloat16 on CUDA, float32 on a CPU; vLLM's
+    # own `auto` would take the checkpoint's dtype instead
+    dtype = dtype_name(models.verifier_dtype or models.dtype, "cuda" if on_gpu else "cpu")
     kv = s.get("kv_cache_gib")
     rows = 256 if spec.batch_size == "auto" else int(spec.batch_size)  # auto: vLLM's scheduler fills memory
     key = (models.verifier, drafter, dtype, name, m, models.tensor_parallel_size, kv, s.get("max_model_len"))
@@ -61,7 +64,7 @@ def engine(models: ModelSpec, spec: DecodeSpec, drafter: str | None):
         "model": models.verifier,
         "tokenizer": models.verifier,
         "revision": models.revision,
-        "dtype": "auto" if dtype == "auto" else dtype,
+        "dtype": dtype,
         "seed": spec.seed,
         "enforce_eager": name == "eager",
         "max_model_len": s.get("max_model_len") or 4096 + spec.max_new_tokens + m + 1,
