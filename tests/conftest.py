@@ -1,3 +1,4 @@
+import importlib.util
 import os
 
 # Offline by construction: hub ids fail at once instead of retrying for ~30 s; wandb never phones home.
@@ -20,3 +21,7 @@ os.environ.setdefault("NLTK_DATA", str(DATA / "nltk_data"))
 def small_pair_dir(tmp_path_factory):
     """A tiny trained pair (drafter/, verifier/ folders), built once per test session."""
     return ensure_pair(tmp_path_factory.mktemp("pair-cache"), spec=SMALL_SPEC, log=lambda s: None)
+
+
+# The vLLM tier's folder needs vLLM, which lives in its own venv (`make test-vllm`): not collected without it.
+collect_ignore = [] if importlib.util.find_spec("vllm") else ["vllm"]

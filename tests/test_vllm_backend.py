@@ -1,6 +1,6 @@
 """engine=vllm without vLLM: what the default suite can check of the backend (its config, its place in a
 run's identity, and how a generation's rounds are rebuilt from the plugin's record); `make test-vllm` runs
-it against vLLM itself (tests/test_vllm.py)."""
+it against vLLM itself (tests/vllm/)."""
 
 import importlib.util
 

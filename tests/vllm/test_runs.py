@@ -1,0 +1,96 @@
+"""The vLLM tier's runs (`make test-vllm`, in `.venv-vllm`): engine=vllm through the app on the SmolLM2 pair
+(verifier SmolLM2-135M-Instruct, drafter its first 24 layers), against the transformers backend: greedy
+tokens, AL and score, paired timing, a drafter equal to the verifier. One torch thread."""
+
+import json
+import math
+
+import pytest
+
+from .engines import HF_BASE, SELF
+
+# one worker, one process: vLLM is imported and each engine started once for both files
+pytestmark = [pytest.mark.vllm, pytest.mark.xdist_group("vllm-engines")]
+
+
+def test_greedy_speculative_decoding_equals_vllms_greedy_verifier(runs):
+    """At T = 0 every rule is exact-match acceptance: SpS with the lossy drafter emits the verifier's greedy
+    tokens, item by item, through the app (engine=vllm)."""
+    greedy = ("data=ifeval", "limit=4", "max_gen_toks=32", "sampling=greedy")
+    _, alone = runs("method=ar", *greedy)
+    summary, spec = runs("method=sps", *greedy)
+    assert summary["acceptance_rate"] < 0.9  # the drafter disagrees: rejections happened
+    assert [s["tokens"] for s in spec] == [s["tokens"] for s in alone]
+
+
+def test_al_and_score_agree_between_backends(runs):
+    """A small sampled Cactus run (8 IFEval prompts, 48 tokens): per-item accepted lengths on the two
+    backends differ by less than 4 standard errors of their paired mean (AL is noisy at this size: a 95 %
+    interval misses 0 one seed in twenty; a broken acceptance step moves AL by far more), the scores agree
+    within their paired interval, and every sample carries the same statistics."""
+    from cactus_bench import intervals
+
+    short = ("data=ifeval", "limit=8", "max_gen_toks=48", "method=cactus", "delta=0.75")
+    summary_v, vllm_samples = runs(*short)
+    summary_h, hf_samples = runs(*short, base=HF_BASE)
+    assert summary_v["run_key"] != summary_h["run_key"]  # two engines, two runs
+
+    def mean_and_se(values):  # 8 items: fewer than an interval is given for (intervals.MIN_ITEMS)
+        n = len(values)
+        mean = sum(values) / n
+        return mean, (sum((v - mean) ** 2 for v in values) / (n - 1) / n) ** 0.5
+
+    al, se = mean_and_se(
+        [
+            (v["stats"]["accepted_length"] or 0) - (h["stats"]["accepted_length"] or 0)
+            for v, h in zip(vllm_samples, hf_samples)
+        ]
+    )
+    assert abs(al) < 4 * se, (al, se)
+    score, se = mean_and_se([v["score"] - h["score"] for v, h in zip(vllm_samples, hf_samples)])
+    assert abs(score) <= intervals.t95(len(vllm_samples) - 1) * se, (score, se)
+    for key in ("accepted_length", "tau", "acceptance_rate", "prefix_acceptance", "target_kl", "output_kl"):
+        assert summary_v[key] is not None and math.isfinite(summary_v[key]), key
+    assert set(vllm_samples[0]["stats"]) == set(hf_samples[0]["stats"])
+    for s in vllm_samples:
+        st = s["stats"]
+        assert st["new_tokens"] == len(s["tokens"]) and st["rejected"] == st["drafted"] - st["accepted"]
+
+
+def test_paired_timing_times_each_item_beside_the_verifier_alone_on_vllm(runs):
+    """paired_timing on vLLM: each item decoded alone by the method and by a verifier-alone vLLM engine, back
+    to back (the same engines the runs above started), and the paired speedup computed from those times."""
+    summary, samples = runs(
+        "data=ifeval", "limit=2", "max_gen_toks=16", "method=sps", "paired_timing=true", "batch_size=1"
+    )
+    timing = [
+        json.loads(line)
+        for f in runs.results.glob(f"ifeval/*/*_{summary['run_key']}/timing.jsonl")
+        for line in f.read_text().splitlines()
+    ]
+    assert sorted(t["index"] for t in timing) == [s["index"] for s in samples]
+    assert all(t["stats"]["paired_baseline_time"] > 0 and t["stats"]["paired_method_time"] > 0 for t in timing)
+    assert summary["paired_speedup"] is not None and summary["paired_speedup"] > 0
+
+
+# --- the drafter equal to the verifier (its own engine: last, as it replaces the speculative one) ------------
+
+
+@pytest.mark.parametrize("method", [["method=sps"], ["method=cactus", "delta=0.75"]])
+def test_a_drafter_equal_to_the_verifier_has_every_draft_accepted(runs, method):
+    """p = q (p warped like q, the default): every draft is accepted, bar float rounding between the
+    drafter's one-token forwards and the verifier's five-token one; what is emitted follows q (output KL 0)."""
+    summary, samples = runs(SELF, "pair.name=smollm2-self", "data=ifeval", "limit=2", "max_gen_toks=48", *method)
+    assert summary["acceptance_rate"] > 0.99 and summary["accepted_length"] > 3.0
+    assert summary["output_kl"] < 1e-6
+    assert sum(s["stats"]["drafted"] for s in samples) > 40
+
+
+def test_vllms_own_drafter_warp_accepts_less_with_the_same_drafter(runs):
+    """drafter_warp=temperature (vLLM 0.32's own drafter: no top-k/top-p on p): with p = q before warping,
+    acceptance drops below the default's; a different law, so a different run."""
+    args = (SELF, "pair.name=smollm2-self", "data=ifeval", "limit=2", "max_gen_toks=48", "method=sps")
+    own, _ = runs(*args, "engine.settings.drafter_warp=temperature")
+    like_q, _ = runs(*args)
+    assert own["run_key"] != like_q["run_key"]
+    assert own["acceptance_rate"] < like_q["acceptance_rate"] - 0.02
