@@ -277,8 +277,8 @@ def rej(samples: list[dict], sps_samples: list[dict]) -> Estimate | None:
     est = ratio_of_ratios(items)
     if est is None:
         return None
-    percent = [None if x is None else 100.0 * (x - 1.0) for x in est[:3]]
-    return Estimate(percent[0], percent[1], percent[2], est.items)
+    low, high = (None if x is None else 100.0 * (x - 1.0) for x in (est.low, est.high))
+    return Estimate(100.0 * (est.value - 1.0), low, high, est.items)
 
 
 @relative_metric("Δ score vs verifier", reference="baseline", fmt="{:+.2f}", cli=True, better="higher")

@@ -24,12 +24,14 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from .app.errors import fail
 from .app.runs import find_run, load_runs
 from .app.schema import DEVICE_RESULTS_DIR, default_paths
 from .cli import Command, Key
 from .decode.api import Backend, backend
 from .methods import BASELINE, is_baseline
 from .report import compose_cell, load_spec
+from .report.specs import SPEC_KEYS, SpecError, spec_overrides
 
 BANDWIDTH = {"h100": 3.35e12, "h200": 4.8e12, "a100": 2.0e12}  # bytes/s, HBM
 FLOPS = {"h100": 989e12, "h200": 989e12, "a100": 312e12}  # dense bf16
@@ -253,8 +255,7 @@ COMMAND = Command(
         Key("shards", "jobs each run is split into", 1, int),
         Key("gpu", "the card priced", "h100", choices=tuple(BANDWIDTH)),
         Key("slots_per_gpu", "runs sharing one GPU", 1, int),
-        Key("pair", "the spec's pair overridden (e.g. tiny)"),
-        Key("limit", "items per cell (default: the whole dataset)"),
+        *SPEC_KEYS,
     ),
     overrides="Hydra overrides the runs will be made with (e.g. batch_size=8)",
     examples=("python -m cactus_bench.plan sweeps/table1.yaml shards=8 gpu=h200",),
@@ -264,11 +265,11 @@ COMMAND = Command(
 def main(argv: list[str] | None = None) -> str:
     args = COMMAND.parse(argv)
     gpu, shards, slots, overrides = args.gpu, args.shards, args.slots_per_gpu, args.overrides
-    spec = load_spec(args.spec, {"pair": args.pair, "limit": args.limit})
     try:
+        spec = load_spec(args.spec, spec_overrides(args))
         df = plan(spec, shards, gpu, overrides, slots)
-    except PlanError as e:
-        raise SystemExit(f"error: {e}") from None
+    except (PlanError, SpecError) as e:
+        fail(e)
     text = (
         f"## Plan: {spec.get('title', spec['name'])}\n\n{shards} shard(s), {slots} per {gpu.upper()} "
         f"({max(1, math.ceil(shards / slots))} GPU(s)); batch size {spec.get('batch_size', 1)}"

@@ -25,22 +25,11 @@ from .app.compose import compose
 from .app.runs import load_runs
 from .cli import Command, Key
 from .report import figures, load_spec, render_table
-from .report.specs import cell_config, pair_spec, run_overrides, spec_pairs, spec_seeds
+from .report.specs import SPEC_KEYS, cell_config, pair_spec, run_overrides, spec_overrides, spec_pairs, spec_seeds
 
 if TYPE_CHECKING:
     from .app.config import RunSpec
 
-SPEC_KEYS = (
-    Key("pair", "the spec's pair (e.g. tiny)"),
-    Key("limit", "items per cell (default: the whole dataset)"),
-    Key("data", "datasets, comma-separated (e.g. gsm8k,ifeval)", kind=list),
-    Key("m", "draft length"),
-    Key("max_gen_toks", "token budget per reply"),
-    Key("seed", "one seed instead of the spec's"),
-    Key("batch_size", "requests decoded at once (auto: what fits)"),
-    Key("timing_sample", "items timed at batch size 1 beside the verifier alone"),
-    Key("engine", "the decode engine (conf/engine: eager, fast, auto, vllm)"),
-)
 COMMAND = Command(
     prog="python -m cactus_bench.sweep",
     about=__doc__,
@@ -61,8 +50,7 @@ COMMAND = Command(
 def parse(argv: list[str]) -> tuple[str, dict, list[str], int, int]:
     """The spec's path, its overrides, the runs' Hydra overrides, shards and slots per GPU."""
     args = COMMAND.parse(argv)
-    spec_overrides = {k.name: getattr(args, k.name) for k in SPEC_KEYS if getattr(args, k.name) is not None}
-    return args.spec, spec_overrides, args.overrides, args.shards, args.slots_per_gpu
+    return args.spec, spec_overrides(args), args.overrides, args.shards, args.slots_per_gpu
 
 
 def launch(spec: dict, todo: list, extra: list[str], shards: int, multirun: Path, slots: int = 1) -> None:
@@ -204,12 +192,12 @@ def main(argv: list[str] | None = None) -> str:
     from .app.offline import go_offline_without_network
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    spec_path, spec_overrides, extra, shards, slots = parse(sys.argv[1:] if argv is None else argv)
+    spec_path, overrides, extra, shards, slots = parse(sys.argv[1:] if argv is None else argv)
     go_offline_without_network()  # before the hub's libraries read the switch
-    spec = load_spec(spec_path, spec_overrides)
     try:
+        spec = load_spec(spec_path, overrides)
         todo = cells(spec, extra)  # every cell checked before the first one runs
-    except ValueError as e:  # ConfigError, ConfigCompositionError: one paragraph, exit 2
+    except ValueError as e:  # SpecError, ConfigError, ConfigCompositionError: one paragraph, exit 2
         fail(e)
     paths = todo[0][1].cfg.paths
     print(sources(paths.data), flush=True)

@@ -1,6 +1,7 @@
 """Tables from stored runs (report/): written only when they hold something, seeds pooled by item, damaged
 files named in one paragraph, another store's tables beside it."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -73,19 +74,12 @@ def test_damaged_files_are_one_paragraph_in_report_and_score(small_pair_dir, tmp
     lines = samples.read_bytes().split(b"\n")
     samples.write_bytes(b"\n".join([lines[0], lines[1][:20], *lines[2:]]))  # cut in the middle
     spec = ROOT / "sweeps" / "demo.yaml"
-    with pytest.raises(SystemExit, match=r"error: .*samples.jsonl, line 2, is not a valid sample.*sed -i '2d'"):
-        report_main(
-            [
-                "table",
-                str(spec),
-                f"results={tmp_path / 'runs'}",
-                f"out={tmp_path / 't'}",
-                "limit=3",
-                "m=2",
-                "max_gen_toks=8",
-                *pair_overrides(small_pair_dir),
-            ]
-        )
+    args = [str(spec), f"results={tmp_path / 'runs'}", f"out={tmp_path / 't'}", "limit=3", "m=2", "max_gen_toks=8"]
+    out = run_main(report_main, "table", *args, *pair_overrides(small_pair_dir))
+    said = " ".join(out.stderr.split())
+    assert out.returncode == 2 and re.search(
+        r"error: .*samples.jsonl, line 2, is not a valid sample.*sed -i '2d'", said
+    )
     replies = tmp_path / "replies.jsonl"
     replies.write_bytes(b'{"id": "0", "response": "#### 4"}\n{"id": "1", "response": "caf\xe9"}\n')
     with pytest.raises(DataError, match=r"replies.jsonl:2: not UTF-8 text .* save the file as UTF-8"):
@@ -116,3 +110,41 @@ def test_a_table_of_another_store_is_written_beside_it(small_pair_dir, tmp_path,
     )
     assert (home / "tables" / "demo.md").read_text() == "the default store's table"
     assert list((tmp_path / "other" / "tables").glob("demo*.md"))
+
+
+def test_a_table_shows_only_runs_of_its_own_columns_dataset(small_pair_dir, tmp_path):
+    """`report table sweeps/table1.yaml data=arith` put the arith runs into the gsm8k, ifeval and gpqa
+    columns (its CSV said gsm8k): `data` is now the spec's key for `report` as for `sweep` (arith columns),
+    and an override that moves a cell onto another dataset is refused in one paragraph."""
+    from cactus_bench.report.__main__ import main
+    from cactus_bench.report.specs import SpecError, compose_cell
+
+    results = tmp_path / "runs"
+    for method in ("ar", "sps"):
+        run_cell(method, "m=20", "max_gen_toks=32", results=results, pair_dir=small_pair_dir, limit=2)
+    args = ("table", "sweeps/table1.yaml", f"results={results}", f"out={tmp_path / 't'}", "pair=tiny", "data=arith")
+    out = run_main(main, *args, "limit=2", "max_gen_toks=32", *pair_overrides(small_pair_dir))
+    assert out.returncode == 0, out.stderr
+    header = next(line for line in out.stdout.splitlines() if line.startswith("| label"))
+    assert "arith score" in header and not any(d in header for d in ("gsm8k", "ifeval", "gpqa"))
+    assert "| SpS " in out.stdout and "no run for SpS" not in out.stdout
+    csv = next((tmp_path / "t").glob("*.csv")).read_text()
+    assert "\narith," in csv and "gsm8k" not in csv
+    spec = load_spec(ROOT / "sweeps" / "table1.yaml", {"pair": "tiny"})
+    with pytest.raises(SpecError, match=r"data=arith would fill the 'gsm8k' cells of table1 with 'arith' runs"):
+        compose_cell(spec, spec["rows"][1], "gsm8k", ["data=arith"])
+
+
+@pytest.mark.parametrize("tool", ["report", "plan", "sweep"])
+def test_a_misspelled_spec_path_is_one_paragraph(tool, tmp_path):
+    """A spec path that is not there was a FileNotFoundError traceback in plan, report table and sweep."""
+    import importlib
+
+    main = importlib.import_module(f"cactus_bench.{tool}" + (".__main__" if tool == "report" else "")).main
+    args = ("table",) if tool == "report" else ()
+    out = run_main(main, *args, "sweeps/tabel1.yaml", f"results={tmp_path}") if tool == "report" else None
+    if tool != "report":
+        out = run_main(main, *args, "sweeps/tabel1.yaml")
+    assert out.returncode == 2, out
+    said = out.stderr
+    assert "no spec file sweeps/tabel1.yaml" in said and "sweeps/table1.yaml" in said and "Traceback" not in said

@@ -350,3 +350,30 @@ def test_a_signal_ends_a_run_in_one_line_with_the_store_intact(small_pair_dir, t
     assert all(line.endswith("}") for line in samples.read_text().splitlines())  # nothing torn
     assert not (folder / ".lock").exists()
     assert json.loads((folder / "manifest.json").read_text())["status"] == "interrupted"
+
+
+def test_new_weights_written_to_a_local_models_folder_make_another_run(small_pair_dir, tmp_path):
+    """A run of pair.verifier=<folder>, new weights written to that folder, and a rerun: it said "2 already
+    done" and, with limit=3, one summary mixed two verifiers' items. A local model is its content: the rerun
+    is another run, and the first keeps its two items and its identity. Unchanged weights resume (the
+    control)."""
+    import shutil
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from cactus_bench.app.runs import load_runs
+
+    models, results = tmp_path / "models", tmp_path / "runs"
+    shutil.copytree(small_pair_dir, models)
+    first = run_cell("sps", results=results, pair_dir=models, limit=2)
+    assert run_cell("sps", results=results, pair_dir=models, limit=2)["run_key"] == first["run_key"]
+    model = AutoModelForCausalLM.from_pretrained(models / "verifier")
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1.5)
+    model.save_pretrained(models / "verifier")  # new weights, same folder
+    second = run_cell("sps", results=results, pair_dir=models, limit=3)
+    assert second["run_key"] != first["run_key"] and second["samples"] == 3
+    stored = {r.key: r for r in load_runs(results)}
+    assert set(stored) == {first["run_key"], second["run_key"]} and stored[first["run_key"]].summary["samples"] == 2

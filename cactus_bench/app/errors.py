@@ -21,6 +21,10 @@ EXPLAINED = (
     "SweepFailed",
     "JobsUnfinished",
     "ModelLoadError",
+    "SpecError",
+    "AmbiguousRuns",
+    "PlanError",
+    "SlurmUnavailable",
 )
 
 

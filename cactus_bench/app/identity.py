@@ -7,8 +7,9 @@ one), method and parameters, m (only with a drafter), data and subset, seed, sam
 How the run is executed (the hf engine, batch size, threads, paired timing, limit, shard) is not part of it: a
 run may be resumed any of those ways, and its manifest records which. The models' precision is the resolved
 one (`dtype: auto` is float32 on a CPU and bfloat16 on CUDA): `auto` and `float32` on a CPU are one run, and a
-CPU run continued on a GPU is another. A stored run's config keeps what it resolved to (`resolved`), so it
-has the same identity read on any machine.
+CPU run continued on a GPU is another. A local model is its content, an embedded pair its recipe
+(`fingerprint.py`): new weights written to the same folder make another run. A stored run's config keeps
+what it resolved to (`resolved`), so it has the same identity read on any machine.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from ..decode.api import backend
 from ..methods import BASELINE, Method
 from ..precision import resolved_dtypes
+from .fingerprint import weights_of
 from .schema import CONF_DIR
 
 # the method of each reference run relative metrics compare with (metrics.REFERENCES): SpS, the verifier alone
@@ -63,11 +65,16 @@ class RunIdentity:
             cfg = OmegaConf.create(cfg)
         method = Method(cfg.method.name, OmegaConf.to_container(cfg.method.params, resolve=True) or {}, cfg.m)
         p = cfg.pair
-        dtypes = resolved_dtypes(p) | dict(cfg.get("resolved") or {})
+        stored = dict(cfg.get("resolved") or {})  # what a stored run resolved to when it ran
+        dtypes = resolved_dtypes(p) | stored
         verifier = {"verifier": p.verifier, "dtype": dtypes["verifier_dtype"], "revision": p.revision}
         if p.get("add_bos_token"):
             verifier["add_bos_token"] = True
         drafter = {"model": p.drafter, "dtype": dtypes["drafter_dtype"]}
+        for role, node, name in (("verifier", verifier, p.verifier), ("drafter", drafter, p.drafter)):
+            weights = stored[f"{role}_weights"] if f"{role}_weights" in stored else weights_of(name)
+            if weights is not None and (role == "verifier" or method.uses_drafter):
+                node["weights"] = weights
         return cls(
             verifier=verifier,
             drafter=drafter if method.uses_drafter else None,
@@ -84,6 +91,15 @@ class RunIdentity:
             data_label=cfg.data.get("label") or cfg.data.name,
             baseline_pair_name=pair_label(p, False),
         )
+
+    @property
+    def resolved(self) -> dict:
+        """What this identity resolved on this machine, stored with the run (its config's `resolved`) so that
+        reading it anywhere gives the same identity: each model's dtype and weights fingerprint."""
+        out = {"verifier_dtype": self.verifier["dtype"], "verifier_weights": self.verifier.get("weights")}
+        if self.drafter is not None:
+            out.update(drafter_dtype=self.drafter["dtype"], drafter_weights=self.drafter.get("weights"))
+        return out
 
     def as_dict(self) -> dict:
         out = asdict(self)

@@ -211,8 +211,8 @@ class RunStore:
             manifest = store.manifest()
             resolved = spec.precision
             if store._covers_more(cfg.limit):  # a finished run's config changes only to cover more items
-                # with the precision `auto` resolved to here: the run's identity, read on any machine
-                stored = {**OmegaConf.to_container(cfg, resolve=True), "resolved": resolved}
+                # with what it resolved to here (precision, weights): the identity, read on any machine
+                stored = {**OmegaConf.to_container(cfg, resolve=True), "resolved": ident.resolved}
                 store._write(store.folder / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(stored)))
             now = time.strftime("%Y-%m-%dT%H:%M:%S%z")
             manifest.update(

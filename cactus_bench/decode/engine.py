@@ -257,6 +257,7 @@ class Engine:
             raw = {"draft_raw": torch.stack(raws, 1), "target_raw": target_raw}
         v = rule.verify(p, q, d, uniforms=u[:, m:], n_drafts=n_drafts, check=False, return_kl=True, **raw)
         out_kl, fits = output_kl(rule, p, q[:, :m], self.support, raw)
+        assert v.passed is not None  # Rule.verify gives each draft's test
         stats = round_columns(v.passed, n_drafts, v.kl, out_kl, fits)  # what every backend counts, one way
         host = torch.cat([v.emitted.double(), stats], 1).tolist()  # the round's one host sync
         t_rule = clock.lap()

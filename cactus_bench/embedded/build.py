@@ -29,52 +29,10 @@ from ..decode.warp import Warper
 from ..utils import write_text_atomic
 from . import arith, shipped
 from .kernels import describe, run_portably
+from .recipes import SPEC, default_cache_dir, spec_hash, tiny_folder_name
 from .tokenizer import chat_text, train_tokenizer
 from .train import LazyExamples, model_config, train
 
-# The recipe. Changing it changes the cache folder's name, so old caches are never mistaken for new ones.
-# Version 3: built with portable kernels (version 2's weights depended on the CPU that trained them).
-SPEC = {
-    "version": 3,
-    "seed": 0,
-    "tokenizer_vocab": 384,
-    "max_positions": 8192,  # trained on short items, but must accept long prompts (GSM8K 5-shot) without error
-    # Who writes each model's training solutions (see `arith`: the drafter drops carries, both drop borrows).
-    "writers": {
-        "verifier": {"carry_slip": 0.28, "borrow_slip": 0.3},
-        # the smaller drafter over-slips borrows: 0.17 here makes its slips match the verifier's at T = 0.6
-        "drafter": {"carry_slip": 0.95, "borrow_slip": 0.17, "step_weights": [0.7, 0.15, 0.15]},
-    },
-    "verifier": {
-        "hidden": 128,
-        "layers": 4,
-        "heads": 4,
-        "kv_heads": 2,
-        "intermediate": 384,
-        "steps": 1200,
-        "batch": 32,
-        "lr": 3e-3,
-    },
-    "drafter": {
-        "hidden": 96,
-        "layers": 2,
-        "heads": 4,
-        "kv_heads": 2,
-        "intermediate": 256,
-        "steps": 500,
-        "batch": 32,
-        "lr": 3e-3,
-    },
-    "eval": {
-        "items": 200,
-        "accept_prompts": 24,
-        "m": 4,
-        "temperature": 0.6,
-        "top_k": 20,
-        "top_p": 0.95,
-        "max_new_tokens": 72,
-    },
-}
 MANIFEST = "manifest.json"
 ROLES = ("verifier", "drafter")
 FINGERPRINT_STEPS = 25  # the weights' hash after this many steps is kept: a check of the build in seconds
@@ -103,22 +61,8 @@ class Progress:
         return step
 
 
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("CACTUS_BENCH_CACHE", Path.home() / ".cache" / "cactus_bench")).expanduser()
-
-
-def spec_hash(spec: dict) -> str:
-    """The recipe and a sample of the task it trains on: a change to either names a new cache folder."""
-    task = [
-        item.question + item.answer
-        for writer in spec["writers"].values()
-        for item in arith.generate("train", 50, spec["seed"], arith.Writer.from_dict(writer))
-    ]
-    return hashlib.sha256(json.dumps([spec, task], sort_keys=True).encode()).hexdigest()[:10]
-
-
 def pair_dir(cache_dir: Path | None = None, spec: dict = SPEC) -> Path:
-    return Path(cache_dir or default_cache_dir()) / f"tiny-pair-v{spec['version']}-{spec_hash(spec)}"
+    return Path(cache_dir or default_cache_dir()) / tiny_folder_name(spec)
 
 
 def file_sha256(path: Path) -> str:

