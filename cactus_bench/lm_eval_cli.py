@@ -19,8 +19,34 @@ from .benchmarks.scoring import TASKS_DIR
 def main(argv: list[str]) -> None:
     if "--include_path" not in argv and any(a in argv for a in ("run", "ls", "validate")):
         argv = [*argv, "--include_path", str(TASKS_DIR)]
+        if "run" in argv and all(t.startswith(OURS) for t in requested_tasks(argv)):
+            only_our_tasks()
     sys.argv = [sys.argv[0], *argv]
     cli_evaluate()
+
+
+OURS = "cactus_"  # the prefix of every task in benchmarks/tasks
+
+
+def requested_tasks(argv: list[str]) -> list[str]:
+    """The names given to --tasks (comma-separated); none when the flag is not there."""
+    for flag in ("--tasks", "-t"):
+        if flag in argv and argv.index(flag) + 1 < len(argv):
+            return argv[argv.index(flag) + 1].split(",")
+    return []
+
+
+def only_our_tasks() -> None:
+    """A run of this project's tasks only: lm-eval indexes just their folder, not its ~14,700 bundled task
+    files (about 20 s before the first item)."""
+    from lm_eval.tasks import TaskManager
+
+    index = TaskManager.__init__
+
+    def ours(self, *args, **kwargs):
+        index(self, *args, **{**kwargs, "include_defaults": False})
+
+    TaskManager.__init__ = ours
 
 
 if __name__ == "__main__":

@@ -193,7 +193,18 @@ def detach_quantiser(model) -> None:
 
 
 def check_tokenizers(tok_d, tok_v, drafter_id: str, verifier_id: str) -> None:
-    """The two tokenizers must encode identically; otherwise draft ids mean different strings."""
+    """The two tokenizers must encode identically; otherwise draft ids mean different strings. Their whole
+    vocabularies are compared, id by id (a few probe strings passed two tokenizers that swapped ids of tokens
+    the probes never use), then the probes (normalisation, pre-tokenising and merges)."""
+    vocab_d, vocab_v = tok_d.get_vocab(), tok_v.get_vocab()
+    if vocab_d != vocab_v:
+        differ = sorted(t for t in set(vocab_d) | set(vocab_v) if vocab_d.get(t) != vocab_v.get(t))
+        shown = ", ".join(f"{t!r}: {vocab_d.get(t)} vs {vocab_v.get(t)}" for t in differ[:3])
+        raise ValueError(
+            f"drafter {drafter_id!r} and verifier {verifier_id!r} tokenize differently: {len(differ)} tokens have "
+            f"another id or are missing from one vocabulary ({shown}): speculative decoding needs one shared "
+            "tokenizer"
+        )
     for text in _PROBE_TEXTS:
         a = tok_d(text, add_special_tokens=False)["input_ids"]
         b = tok_v(text, add_special_tokens=False)["input_ids"]

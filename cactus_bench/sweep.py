@@ -195,9 +195,13 @@ def main(argv: list[str] | None = None) -> str:
     spec_path, overrides, extra, shards, slots = parse(sys.argv[1:] if argv is None else argv)
     go_offline_without_network()  # before the hub's libraries read the switch
     try:
+        if "hydra/launcher=slurm" in extra:
+            from .app.cluster import require_slurm
+
+            require_slurm()
         spec = load_spec(spec_path, overrides)
         todo = cells(spec, extra)  # every cell checked before the first one runs
-    except ValueError as e:  # SpecError, ConfigError, ConfigCompositionError: one paragraph, exit 2
+    except (ValueError, RuntimeError) as e:  # SpecError, ConfigError, SlurmUnavailable, ...: a paragraph, exit 2
         fail(e)
     paths = todo[0][1].cfg.paths
     print(sources(paths.data), flush=True)

@@ -669,3 +669,21 @@ def test_the_tiny_pair_on_another_dataset_says_its_scores_mean_nothing(caplog, m
     assert "knows only arith" not in caplog.text
     validate(cfg_of("pair=tiny", "data=arith"))
     assert "knows only arith" not in caplog.text
+
+
+def test_the_progress_line_outside_a_terminal_shows_the_item_it_counts(small_pair_dir, tmp_path, monkeypatch):
+    """Outside a terminal (a log, CI, SLURM) a run prints a line per tenth of its items. The line was printed
+    before the item's figures were added, so the last one showed the run one item short (AL 1.13 against the
+    summary's 0.73): the last line now carries the summary's AL."""
+    import io
+
+    from cactus_bench.app.progress import LineProgress
+
+    stream = io.StringIO()
+    monkeypatch.setattr(run_mod, "progress", lambda total, desc, enabled: LineProgress(total, desc, stream))
+    summary = run_mod.run(
+        cfg_of("pair=tiny", "data=arith", "method=sps", "m=2", "limit=5", results=tmp_path, pair_dir=small_pair_dir)
+    )
+    lines = stream.getvalue().splitlines()
+    assert lines and lines[-1].startswith("sps arith: 5/5")
+    assert f"AL={summary['accepted_length']:.2f}" in lines[-1], (lines, summary["accepted_length"])

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import datasets
 import pytest
@@ -17,6 +18,7 @@ from cactus_bench.score import score_responses, scorer_for
 
 from .helpers.paths import DATA
 
+ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason="needs ../shared/data")
 
 
@@ -274,6 +276,14 @@ def test_specbench_metrics_on_a_hand_computed_example():
     assert m["overall"]["tau"] == pytest.approx((20 + 30) / 8)
     assert m["mt_bench"]["accepted_length"] == pytest.approx(3.0)
     assert "translation" not in m
+    # decoded in batches (what reproduce-table2 does before its timing sample): a batched question's wall time
+    # is not its own, so Spec-Bench's task-time speedup is withheld with its reason, as every table withholds
+    # it (it printed 0.21x with no mark)
+    batched = {"host": "h", "device": "cpu", "threads": 1, "batch_size": 16, "load": 0.1}
+    m = speed_metrics([{**s, "conditions": batched} for s in method], [{**s, "conditions": batched} for s in base])
+    assert m["overall"]["speedup"] is None and m["overall"]["speedup_mean_of_ratios"] is None
+    withheld, reason = m["overall"]["speedup_caveat"]
+    assert withheld and "withheld, the runs were decoded in batches" in reason
 
 
 def test_ifeval_scoring_is_reproducible_and_leaves_the_global_rng_alone():
@@ -413,3 +423,23 @@ def test_a_new_dataset_is_a_loader_a_task_yaml_and_its_conf_data(small_pair_dir,
             )
         )
     assert summary["samples"] == 3 and summary["data"] == "squares" and summary["score"] is not None
+
+
+def test_ifeval_is_scored_offline_from_the_fallback_data_folder_with_no_data_variables(tmp_path):
+    """README's offline fallback (../shared/data beside the checkout, no CACTUS_BENCH_DATA) set the data
+    folder but not NLTK_DATA, so IFEval's word-count checker went for nltk's punkt_tab on the network after the
+    first item was decoded, and lost it with a traceback: the data folder's own nltk_data is used."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("CACTUS_BENCH_DATA", "NLTK_DATA")}
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", CACTUS_BENCH_RESULTS=str(tmp_path))
+    args = ["pair=tiny", "data=ifeval", "method=ar", "limit=1", "max_gen_toks=8", "progress=false"]
+    root = ROOT
+    out = subprocess.run(
+        [sys.executable, "-m", "cactus_bench", *args], env=env, cwd=root, capture_output=True, text=True
+    )
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    summary = json.loads(next(tmp_path.glob("runs/ifeval/*/*/summary.json")).read_text())
+    assert summary["samples"] == 1 and summary["score"] is not None

@@ -168,3 +168,14 @@ def test_hydras_flags_with_their_value_as_the_next_word_work(flags):
     out = run_main(main, *flags, "method=sps", "pair=tiny")
     assert out.returncode == 0, out.stderr
     assert "name: sps" in out.stdout or "method: sps" in out.stdout or "Defaults" in out.stdout
+
+
+def test_temperature_zero_is_greedy_and_one_run_with_it():
+    """`sampling.temperature=0` decodes greedily whatever top-k and top-p say, but was another run than
+    `sampling=greedy` (another key, another table row); any other temperature keeps its own identity."""
+    from cactus_bench.app.identity import RunIdentity
+
+    greedy = RunIdentity.of(cfg_of("sampling=greedy")).key
+    assert RunIdentity.of(cfg_of("sampling.temperature=0")).key == greedy
+    assert RunIdentity.of(cfg_of("sampling=plain", "sampling.temperature=0.0")).key == greedy
+    assert RunIdentity.of(cfg_of("sampling.temperature=0.6")).key != greedy

@@ -189,6 +189,7 @@ def test_sps_is_lossless_over_several_rounds(small_pair, ar_law):
     assert g_test_pvalue(samples, ar_law) > P_THRESHOLD
 
 
+@pytest.mark.slow  # the lossless test with EOS (3,000 decodes, batched: seconds): CI's slow tier
 def test_stopping_the_draft_at_eos_keeps_sps_lossless(small_pair):
     """With EOS = token 0 (frequent here) rounds end their draft early; the law of the whole reply (cut at
     the first EOS) is still the verifier's exact AR law."""
@@ -215,16 +216,19 @@ def test_stopping_the_draft_at_eos_keeps_sps_lossless(small_pair):
     assert g_test_pvalue(torch.tensor(cells), torch.tensor(law)) > P_THRESHOLD
 
 
+@pytest.mark.slow  # a negative control of the lossless test: CI's slow tier
 def test_lossless_test_rejects_a_loop_without_rollback(small_pair, ar_law, no_rollback):
     samples, _ = sequence_samples(*small_pair, build_rule("sps"))
     assert g_test_pvalue(samples, ar_law) < P_THRESHOLD
 
 
+@pytest.mark.slow  # a negative control of the lossless test: CI's slow tier
 def test_lossless_test_rejects_a_bonus_from_the_drafter(small_pair, ar_law):
     samples, _ = sequence_samples(*small_pair, BonusFromP(build_rule("sps")))
     assert g_test_pvalue(samples, ar_law) < P_THRESHOLD
 
 
+@pytest.mark.slow  # the lossless test's power check: CI's slow tier
 def test_lossy_rule_is_not_lossless(small_pair, ar_law):
     """The test has power against a rule that is lossy by design."""
     samples, _ = sequence_samples(*small_pair, build_rule("cactus", delta=1.0))

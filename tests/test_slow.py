@@ -66,7 +66,7 @@ def test_readme_one_run_writes_a_complete_run_and_reuses_the_cache(env):
 def test_embedded_pair_meets_its_quality_bar(env):
     env, _ = env
     out = run([sys.executable, "-m", "cactus_bench.embedded"], env, timeout=1200)
-    folder = Path(out.stdout.strip().splitlines()[-2])
+    folder = next(Path(line) for line in out.stdout.splitlines() if Path(line).is_dir())  # the pair's folder
     q = json.loads((folder / "quality.json").read_text())
     assert 0.6 <= q["verifier_accuracy"] <= 0.9 and q["drafter_accuracy"] < q["verifier_accuracy"] - 0.2
     assert q["sps_acceptance"] >= 0.5 and q["build_seconds"] < 420
@@ -91,7 +91,18 @@ def test_reproduce_table2_on_the_tiny_pair(env):
     assert not (results / "tables" / "table2.md").exists()
 
 
-def test_demo_shows_the_accuracy_acceptance_trade_off(env):
+@pytest.fixture(scope="module")
+def demo(env, tmp_path_factory):
+    """The demo as `make demo` runs it (its sweep, timing sample and all), once for the tests that read it:
+    (its output, its results folder, the environment it ran in)."""
+    env, _ = env
+    results = tmp_path_factory.mktemp("demo")
+    here = {**env, "CACTUS_BENCH_RESULTS": str(results)}
+    out = run([sys.executable, "-m", "cactus_bench.sweep", "sweeps/demo.yaml", "progress=false"], here, timeout=1200)
+    return out, results, here
+
+
+def test_demo_shows_the_accuracy_acceptance_trade_off(demo):
     """The demo reproduces the paper's qualitative claims on the embedded task, each with its paired 95 %
     interval against the verifier alone (docs/statistics.md): SpS's difference is consistent with 0; TAS
     accepts more but scores lower (its interval lies below 0); Cactus accepts more than SpS and its
@@ -99,8 +110,7 @@ def test_demo_shows_the_accuracy_acceptance_trade_off(env):
     with their intervals."""
     from cactus_bench import intervals
 
-    env, results = env
-    out = run([sys.executable, "-m", "cactus_bench.sweep", "sweeps/demo.yaml", "progress=false"], env, timeout=1200)
+    out, results, env = demo
     spec = load_spec(ROOT / "sweeps" / "demo.yaml")
     runs = load_runs(results / "runs")
     found = {row["label"]: find_run(runs, compose_cell(spec, row, "arith")) for row in spec["rows"]}
@@ -218,23 +228,24 @@ def deterministic_columns(markdown: str) -> list[str]:
     return [" | ".join(keep(row)) for row in rows]
 
 
-def test_the_demo_prints_the_same_numbers_under_every_cpu_kernel_level(env, tmp_path):
-    """The demo's deterministic columns (scores, Δ, AL, τ, Rej, acceptance, KLs, n) and every token are the
-    same whichever kernels torch and MKL run: ATen's default (scalar) kernels with MKL's COMPATIBLE branch,
-    and this CPU's widest (AVX-512 where it has it). The same 400 replies, decoded twice."""
-    env, _ = env
-    tables, tokens = {}, {}
-    levels = {"narrow": {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}, "wide": {}}
-    for name, level in levels.items():
-        results = tmp_path / name
-        here = {**env, **level, "CACTUS_BENCH_RESULTS": str(results)}
-        cmd = [sys.executable, "-m", "cactus_bench.sweep", "sweeps/demo.yaml", "limit=80", "timing_sample=null"]
-        out = run(cmd, here)
-        tables[name] = deterministic_columns(out.stdout[out.stdout.index("| label") :])
-        tokens[name] = {
+def test_the_demo_prints_the_same_numbers_under_every_cpu_kernel_level(demo, tmp_path):
+    """The demo's deterministic columns (scores, Δ, AL, τ, Rej, acceptance, KLs, n) and every one of its 1,000
+    replies are the same whichever kernels torch and MKL run: the demo as run on this CPU's widest kernels
+    (AVX-512 where it has them), decoded again on ATen's default (scalar) kernels with MKL's COMPATIBLE
+    branch. Only the timed column may differ (it is not decoded again here)."""
+    wide, wide_results, env = demo
+    narrow_results = tmp_path / "narrow"
+    narrow_env = {**env, "ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}
+    narrow_env["CACTUS_BENCH_RESULTS"] = str(narrow_results)
+    narrow = run([sys.executable, "-m", "cactus_bench.sweep", "sweeps/demo.yaml", "timing_sample=null"], narrow_env)
+
+    def tokens(results):
+        return {
             (p.parent.name, json.loads(line)["index"]): json.loads(line)["tokens"]
             for p in sorted(results.glob("runs/*/*/*/samples.jsonl"))
             for line in p.read_text().splitlines()
         }
-    assert len(tokens["wide"]) == 400 and tokens["wide"] == tokens["narrow"]
-    assert len(tables["wide"]) == 7 and tables["wide"] == tables["narrow"], "\n".join(tables["wide"] + tables["narrow"])
+
+    assert len(tokens(wide_results)) == 1000 and tokens(wide_results) == tokens(narrow_results)
+    tables = [deterministic_columns(o.stdout[o.stdout.index("| label") :]) for o in (wide, narrow)]
+    assert len(tables[0]) == 7 and tables[0] == tables[1], "\n".join(tables[0] + tables[1])

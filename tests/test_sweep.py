@@ -120,3 +120,18 @@ def test_a_multirun_files_its_launcher_files_under_the_results_folder(tmp_path):
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", [f"paths.results={tmp_path}"], return_hydra_config=True)
     assert str(cfg.hydra.sweep.dir).startswith(f"{tmp_path}/multirun/")
+
+
+def test_the_slurm_launcher_without_slurm_is_one_paragraph_before_any_work(tmp_path, monkeypatch):
+    """`hydra/launcher=slurm` where SLURM is not installed failed in submitit ("Could not detect srun") after
+    composing every cell, and the sweep then advised rerunning it."""
+    from cactus_bench.app import cluster
+    from cactus_bench.sweep import main
+
+    monkeypatch.setattr(cluster.shutil, "which", lambda command: None)
+    args = ("sweeps/demo.yaml", "limit=2", "hydra/launcher=slurm")
+    out = run_main(main, *args, env={"CACTUS_BENCH_RESULTS": str(tmp_path)})
+    said = " ".join(out.stderr.split())
+    assert out.returncode == 2 and "hydra/launcher=slurm submits every run as a SLURM job" in said
+    assert "no sbatch, squeue, sacct" in said and "Nothing was submitted" in said and "Traceback" not in said
+    assert "run the same sweep command again" not in said and not (tmp_path / "runs").exists()

@@ -68,10 +68,26 @@ def quiet_accounting() -> None:
     slurm.SlurmJob.watcher = _squeue_watcher()
 
 
+class SlurmUnavailable(RuntimeError):
+    """hydra/launcher=slurm on a machine without SLURM's commands: the message says what to do."""
+
+
+def require_slurm() -> None:
+    """SLURM's commands are here, before anything is composed, decoded or submitted."""
+    missing = [c for c in ("sbatch", "squeue", "sacct") if shutil.which(c) is None]
+    if missing:
+        raise SlurmUnavailable(
+            f"hydra/launcher=slurm submits every run as a SLURM job, but this machine has no {', '.join(missing)} "
+            "on its PATH. Run the sweep on the cluster's login node, or leave hydra/launcher=slurm out to run the "
+            "cells here one after another (hydra/launcher=local_gpus: on this machine's GPUs). Nothing was submitted."
+        )
+
+
 def launch_array(launcher, job_overrides, initial_job_idx: int) -> list:
     """What `hydra_plugins.cactus_bench_launcher.SlurmLauncher.launch` does: submit the runs as one job array
     (submitit, with the launcher's parameters), wait for every job, and name together those that ended without
     finishing."""
+    require_slurm()
     import submitit
     from hydra.core.singleton import Singleton
     from hydra.core.utils import filter_overrides

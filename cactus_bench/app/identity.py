@@ -84,7 +84,7 @@ class RunIdentity:
             data=cfg.data.name,
             subset=cfg.data.get("subset"),
             seed=cfg.seed,
-            sampling=OmegaConf.to_container(cfg.sampling, resolve=True),
+            sampling=sampling_law(OmegaConf.to_container(cfg.sampling, resolve=True)),
             max_gen_toks=cfg.max_gen_toks,
             engine=engine_identity(cfg.get("engine")),
             pair_name=pair_label(p, method.uses_drafter),
@@ -144,6 +144,15 @@ class RunIdentity:
     def folder(self, runs: str | Path) -> Path:
         """`<runs>/<data label>/<pair>/<method tag>_m<m>_s<seed>_<key>`."""
         return Path(runs) / self.data_label / self.pair_name / self.folder_name
+
+
+GREEDY = {"temperature": 0.0, "top_k": 0, "top_p": 1.0}
+
+
+def sampling_law(sampling: dict) -> dict:
+    """The sampling settings as the law they give: at temperature 0 every token is the argmax, whatever top-k
+    and top-p say, so `sampling.temperature=0` is `sampling=greedy` (it was another run, with another key)."""
+    return dict(GREEDY) if float(sampling.get("temperature", 1.0)) == 0.0 else sampling
 
 
 def _short(model: str) -> str:

@@ -114,7 +114,6 @@ def _run(spec: RunSpec) -> dict:
         finished = [done[k] for k in sorted(done)]
         bar = progress(len(todo), f"{cfg.method.name} {cfg.data.label}", cfg.progress)
         for record in bench.decode(decoder, todo):
-            bar.update()
             here = timing.conditions(device, cfg.batch_size)
             paired = timing.split_timing(record)
             record["conditions"] = here
@@ -126,6 +125,7 @@ def _run(spec: RunSpec) -> dict:
             tracker.log_sample(len(finished), record)
             live = metrics.derive(metrics.pool(finished))
             bar.set_postfix(AL=shown(live["accepted_length"], "{:.2f}"), tok_s=shown(live["tokens_per_s"], "{:.1f}"))
+            bar.update()  # after the figures: a line printed now shows this item's (it showed the one before)
         bar.close()
         stored = store.stored_summary()
         covered = stored is not None and stored.get("samples", 0) > len(items)  # a smaller rerun adds no timing

@@ -27,6 +27,7 @@ class Run:
     config: dict
     summary: dict
     _samples: list | None = field(default=None, repr=False)
+    note: str | None = None  # what a reader must be told about this run (a summary recomputed from its samples)
 
     @property
     def samples(self) -> list[dict]:
@@ -69,7 +70,22 @@ class Run:
         if len(samples) == len(self.samples):
             return self
         summary = {**self.summary, **self.kind.summary(samples, self.config["data"])}
-        return Run(self.folder, self.config, summary, samples)
+        return Run(self.folder, self.config, summary, samples, self.note)
+
+    def checked(self) -> Run:
+        """This run with its summary recomputed from its samples, and a note saying so, when the two
+        disagree on the items they hold (a samples line cut after the summary was written, or lines
+        appended by hand): every reader then shows the samples' numbers, never a stale summary's."""
+        stored = self.summary.get("samples")
+        if stored is None or stored == len(self.samples):
+            return self
+        summary = {**self.summary, **self.kind.summary(self.samples, self.config["data"])}
+        note = (
+            f"{self.folder.name}: summary.json counts {stored} items but its samples hold {len(self.samples)}: "
+            "its numbers are recomputed from the samples (rerun the same command to decode what is missing)"
+        )
+        log.warning("%s", note)
+        return Run(self.folder, self.config, summary, self.samples, note)
 
 
 def pool_seeds(runs: list[Run]) -> Run | None:
@@ -103,7 +119,7 @@ def pool_seeds(runs: list[Run]) -> Run | None:
         )
     head = runs[0]
     summary = {**head.summary, **head.kind.summary(samples, head.config["data"]), "seeds": len(runs)}
-    return Run(head.folder, head.config, summary, samples)
+    return Run(head.folder, head.config, summary, samples, "; ".join(r.note for r in runs if r.note) or None)
 
 
 class AmbiguousRuns(ValueError):
@@ -117,7 +133,7 @@ def load_runs(runs_dir: Path | str) -> list[Run]:
         folder = summary.parent
         try:
             stored = metrics.upgrade(json.loads(summary.read_text()))
-            run = Run(folder, yaml.safe_load((folder / "config.yaml").read_text()), stored)
+            run = Run(folder, yaml.safe_load((folder / "config.yaml").read_text()), stored).checked()
             run.identity  # noqa: B018  (a config that no longer composes into an identity is unreadable too)
         except (OSError, ValueError, yaml.YAMLError, KeyError, TypeError, AttributeError) as e:
             log.warning("skipping %s: unreadable run (%s: %s)", folder, type(e).__name__, str(e).splitlines()[0])

@@ -7,6 +7,7 @@ responses re-scored later on any machine.
 from __future__ import annotations
 
 import logging
+import os
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,6 +53,14 @@ def _plain(value):
     return float(value) if isinstance(value, bool) else value
 
 
+def use_nltk_data(data_root) -> None:
+    """IFEval's checkers need nltk's punkt_tab and try to download it when NLTK_DATA lacks it (offline that
+    fails after an item is decoded, and loses it): a data folder's own copy (<root>/nltk_data) is used,
+    however the folder was chosen (data.root, paths.data, CACTUS_BENCH_DATA or the offline fallback)."""
+    if data_root and "NLTK_DATA" not in os.environ and (Path(data_root) / "nltk_data").is_dir():
+        os.environ["NLTK_DATA"] = str(Path(data_root) / "nltk_data")
+
+
 class TaskScorer:
     """One lm-eval task of ours (`tasks/*.yaml`): its prompts and its scoring of responses.
     `primary_metric` ("metric,filter") is the headline score (conf/data/<name>.yaml)."""
@@ -64,6 +73,7 @@ class TaskScorer:
         chat_template: Callable | None = None,
         tokenizer_name: str = "",
     ):
+        use_nltk_data(data_root)
         manager = TaskManager(
             include_path=task_dirs(),
             include_defaults=False,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from .. import metrics
 from ..decode import Request
+from ..timing_conditions import timing_caveat
 
 if TYPE_CHECKING:
     from ..decode import Decoder, Generation
@@ -82,7 +83,7 @@ def speed_metrics(samples: list[dict], baseline: list[dict] | None) -> dict[str 
         c = sample["answer"]["choices"][0]
         return sum(c["new_tokens"]) / sum(c["wall_time"])
 
-    base = {s["id"]: speed(s) for s in baseline} if baseline else {}
+    base = {s["id"]: s for s in baseline} if baseline else {}
     groups = defaultdict(list)
     for s in samples:
         groups[subtask(s["category"])].append(s)
@@ -101,9 +102,21 @@ def speed_metrics(samples: list[dict], baseline: list[dict] | None) -> dict[str 
         }
         paired = [s for s in group if s["id"] in base]
         if paired:  # Spec-Bench's speed.py: mean speed of the method / mean speed of the baseline
-            row["speedup"] = statistics.mean(speed(s) for s in paired) / statistics.mean(base[s["id"]] for s in paired)
-            row["speedup_mean_of_ratios"] = statistics.mean(speed(s) / base[s["id"]] for s in paired)
-        row.update(metrics.flatten("paired_speedup", metrics.paired_speedup(group)))
+            # read as every task-time speedup is (`metrics.timing_caveat`): withheld for batched runs
+            caveat = timing_caveat(metrics.METRICS.get("speedup"), paired, [base[s["id"]] for s in paired])
+            row["speedup"] = row["speedup_mean_of_ratios"] = None
+            if caveat is not None:
+                row["speedup_caveat"] = row["speedup_mean_of_ratios_caveat"] = caveat
+            if caveat is None or not caveat[0]:
+                alone = {i: speed(b) for i, b in base.items()}
+                row["speedup"] = statistics.mean(speed(s) for s in paired) / statistics.mean(
+                    alone[s["id"]] for s in paired
+                )
+                row["speedup_mean_of_ratios"] = statistics.mean(speed(s) / alone[s["id"]] for s in paired)
+        reading = metrics.read("paired_speedup", group)
+        row.update(metrics.flatten("paired_speedup", reading.value))
+        if reading.caveat is not None:
+            row["paired_speedup_caveat"] = (reading.withheld, reading.caveat)
         out[name] = row
     return out
 

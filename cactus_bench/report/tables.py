@@ -76,6 +76,7 @@ def build_table(spec: dict, runs: list[Run], overrides: list[str] = ()) -> tuple
             notes.append(f"{data}: no verifier-alone ({BASELINE}) run: speedup not computed")
         found = {row["label"]: pooled(row, data) for row in spec["rows"]}
         present = [r for r in [*found.values(), *refs.values()] if r is not None]
+        notes += [f"{data}: {r.note}" for r in present if r.note]
         if present:  # one item set for every cell of this dataset: the items all its runs share
             shared = set.intersection(*({s["id"] for s in r.samples} for r in present))
             if any(len(r.samples) != len(shared) for r in present):
