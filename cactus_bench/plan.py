@@ -27,6 +27,7 @@ import pandas as pd
 from .app.errors import fail
 from .app.runs import find_run, load_runs
 from .app.schema import DEVICE_RESULTS_DIR, default_paths
+from .app.store import StoreError
 from .cli import Command, Key
 from .decode.api import Backend, backend
 from .methods import BASELINE, is_baseline
@@ -268,7 +269,7 @@ def main(argv: list[str] | None = None) -> str:
     try:
         spec = load_spec(args.spec, spec_overrides(args))
         df = plan(spec, shards, gpu, overrides, slots)
-    except (PlanError, SpecError) as e:
+    except (PlanError, SpecError, StoreError) as e:
         fail(e)
     text = (
         f"## Plan: {spec.get('title', spec['name'])}\n\n{shards} shard(s), {slots} per {gpu.upper()} "

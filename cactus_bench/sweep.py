@@ -224,7 +224,10 @@ def main(argv: list[str] | None = None) -> str:
             except Exception as e:  # noqa: BLE001  (one paragraph naming what failed; --debug: the traceback)
                 fail(e)
     identity_overrides = [o for o in extra if not o.startswith(("hydra", "progress", "tracking"))]
-    runs = load_runs(paths.runs)
+    try:
+        runs = load_runs(paths.runs)
+    except ValueError as e:  # StoreError: a damaged samples line, named with what to do
+        fail(e)
     if spec.get("figure"):
         made = figures(runs, paths.figures, [spec], identity_overrides)
         print("\n".join(str(p) for p in made.values()))

@@ -615,9 +615,12 @@ def test_a_table_of_another_setting_is_named_and_titled_after_it(fixture_store, 
 
 @pytest.mark.slow  # draws every figure of two settings: ~30 s
 def test_figures_of_several_settings_say_how_they_differ_and_stale_ones_go(fixture_store, tmp_path, monkeypatch):
-    """Figures of two settings shared a title and differed by a hash suffix, without n; a figure whose runs
-    are gone stayed beside the new ones."""
+    """Figures of two settings shared a title and differed by a hash suffix, without n, and nothing said which
+    hash was which setting: titles say how the settings differ and index.md maps every file to its title. A
+    figure whose runs are gone is removed on the next drawing; figures another command drew with other
+    overrides, and files not ours, stay (`make figures` deleted them)."""
     import importlib
+    import json
     import shutil
 
     import yaml
@@ -627,15 +630,14 @@ def test_figures_of_several_settings_say_how_they_differ_and_stale_ones_go(fixtu
     shutil.copytree(fixture_store, store)
     figs = tmp_path / "figs"
     figs.mkdir()
-    stale = figs / "fig1_tradeoff_gone_pair_m3.png"
-    stale.write_bytes(b"old")
     (figs / "mine.txt").write_text("not ours")
+    copies = []
     for run in load_runs(store):  # every run again as a second setting: greedy
         config = yaml.safe_load((run.folder / "config.yaml").read_text())
-        config["sampling"]["temperature"] = 0.0
-        copy = run.folder.parent / (run.folder.name + "-greedy")
-        shutil.copytree(run.folder, copy)
-        (copy / "config.yaml").write_text(yaml.safe_dump(config))
+        config["sampling"].update(temperature=0.0, top_k=0, top_p=1.0)
+        copies.append(run.folder.parent / (run.folder.name + "-greedy"))
+        shutil.copytree(run.folder, copies[-1])
+        (copies[-1] / "config.yaml").write_text(yaml.safe_dump(config))
     titles = []
     real = dict(figures_mod.GROUP_FAMILIES)
     for family, draw in real.items():
@@ -644,13 +646,26 @@ def test_figures_of_several_settings_say_how_they_differ_and_stale_ones_go(fixtu
             family,
             lambda sink, name, title, g, v, draw=draw: (titles.append(title), draw(sink, name, title, g, v)),
         )
-    figures(load_runs(store), figs)
-    assert not stale.exists() and (figs / "mine.txt").exists()  # our stale figure removed, nothing else
+    made = figures(load_runs(store), figs)
     assert {t.split("; n=")[0] for t in titles} == {
-        "arith (small, m=3, temperature=0.0",
-        "arith (small, m=3, temperature=0.6",
+        "arith (small, m=3, temperature=0.0, top_k=0, top_p=1.0",
+        "arith (small, m=3, temperature=0.6, top_k=20, top_p=0.95",
     }
     assert all(re.search(r"; n=\d+\)$", t) for t in titles), titles
+    index = (figs / "index.md").read_text()
+    for name in made:  # a hashed name is found with the setting it draws
+        assert re.search(rf"\| {re.escape(name)}\.png \| arith \(small, m=3, temperature=", index), name
+    other = json.loads((figs / "index.json").read_text())
+    other["figure4_arith"] = {"title": "Figure 4", "scope": ["pair=tiny"], "files": ["figure4_arith.png"]}
+    (figs / "index.json").write_text(json.dumps(other))
+    (figs / "figure4_arith.png").write_bytes(b"drawn by report figures pair=tiny")
+    for copy in copies:  # the greedy runs are gone: their figures go on the next drawing
+        shutil.rmtree(copy)
+    again = figures(load_runs(store), figs)
+    gone = set(made) - set(again)
+    assert gone and not any((figs / f"{name}.png").exists() for name in gone)
+    assert all((figs / f"{name}.png").exists() for name in again)
+    assert (figs / "mine.txt").exists() and (figs / "figure4_arith.png").exists()  # not ours; another scope's
 
 
 def test_the_tiny_pair_on_another_dataset_says_its_scores_mean_nothing(caplog, monkeypatch):

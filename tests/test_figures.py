@@ -62,6 +62,7 @@ def test_a_divergence_the_figure_cannot_label_is_refused(tmp_path):
 
 
 @pytest.mark.slow  # decodes every run of both figure specs (about a minute): CI's slow tier
+@pytest.mark.xdist_group("figure-store")  # one worker: the store is decoded once
 def test_both_figures_render_from_a_fixture_store(figure_store, tmp_path):
     results, pair = figure_store
     specs = [load_spec(ROOT / "sweeps" / f"{n}.yaml", SMALL) for n in ("figure4", "lossy_tradeoff")]
@@ -76,6 +77,7 @@ def test_both_figures_render_from_a_fixture_store(figure_store, tmp_path):
 
 
 @pytest.mark.slow  # decodes every run of both figure specs (about a minute): CI's slow tier
+@pytest.mark.xdist_group("figure-store")
 def test_curves_never_join_runs_of_another_setting(figure_store, tmp_path):
     """Asked for greedy runs, the figures find none of the sampled ones: every point is a gap."""
     results, pair = figure_store

@@ -147,3 +147,41 @@ def test_two_tokenizers_that_swap_ids_the_probes_never_use_are_refused(small_pai
     with pytest.raises(ValueError, match=r"tokenize differently: 2 tokens have another id or are missing"):
         check_tokenizers(swapped, tok, "swapped", "verifier")
     check_tokenizers(tok, AutoTokenizer.from_pretrained(small_pair_dir / "verifier"), "same", "verifier")
+
+
+def test_a_refused_pair_leaves_no_run_folder_and_is_named_as_it_is_filed(small_pair_dir, tmp_path):
+    """A drafter whose tokenizer is not the verifier's: the run is refused before any item, in one paragraph
+    naming the models as the run is filed (it named the default pair, qwen3_0.6b_8b, whose models these are
+    not), and the run folder it had opened is gone (it was left behind, empty, to be found by tables). A run
+    folder that was there before is kept (the control)."""
+    from transformers import AutoModelForCausalLM
+
+    from cactus_bench.__main__ import main
+    from cactus_bench.embedded.tokenizer import train_tokenizer
+
+    from .helpers.cli import run_main
+
+    other = tmp_path / "other"
+    AutoModelForCausalLM.from_pretrained(small_pair_dir / "drafter").save_pretrained(other)
+    train_tokenizer((f"word{i} {i * 7}" for i in range(300)), vocab_size=300).save_pretrained(other)
+    args = (
+        "data=arith",
+        "method=sps",
+        "m=2",
+        "limit=2",
+        "max_gen_toks=8",
+        "progress=false",
+        f"paths.runs={tmp_path / 'runs'}",
+    )
+    out = run_main(main, *args, f"pair.drafter={other}", f"pair.verifier={small_pair_dir / 'verifier'}")
+    said = " ".join(out.stderr.split())
+    assert out.returncode == 2 and "pair other+verifier: " in said and "tokenize differently" in said, said
+    assert "qwen3" not in said and not list((tmp_path / "runs").rglob("manifest*.json"))
+    cfg = cfg_of(*args[:-1], f"pair.drafter={other}", f"pair.verifier={small_pair_dir / 'verifier'}")
+    cfg.paths.runs = str(tmp_path / "runs")
+    (run_dir(cfg) / "notes.txt").parent.mkdir(parents=True)
+    (run_dir(cfg) / "notes.txt").write_text("a user's file")
+    assert (
+        run_main(main, *args, f"pair.drafter={other}", f"pair.verifier={small_pair_dir / 'verifier'}").returncode == 2
+    )
+    assert (run_dir(cfg) / "notes.txt").read_text() == "a user's file"  # not this run's folder to remove

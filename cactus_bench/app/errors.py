@@ -22,6 +22,7 @@ EXPLAINED = (
     "JobsUnfinished",
     "ModelLoadError",
     "SpecError",
+    "RunNotFound",
     "AmbiguousRuns",
     "PlanError",
     "SlurmUnavailable",

@@ -17,6 +17,7 @@ from ..benchmarks.base import Benchmark, make_benchmark
 from ..benchmarks.data import DataError
 from ..decode.api import Decoder, ModelLoadError, backend, build_decoder
 from ..embedded import resolve_model
+from ..models import PairUnavailable
 from ..timing_conditions import condition_class, describe
 from . import offline, timing
 from .config import RunSpec, validate
@@ -53,8 +54,8 @@ def get_decoder(spec: RunSpec, **changes) -> Decoder:
     models = spec.loading(lambda name: resolve_model(name, spec.cfg.paths.cache, log.info))
     try:
         return build_decoder(models, replace(spec.decode, **changes))
-    except ModelLoadError as e:
-        raise ModelLoadError(f"pair={spec.cfg.pair.name}: {e}") from e
+    except ModelLoadError as e:  # named as the run is filed: a pair's models overridden are not that pair
+        raise ModelLoadError(f"pair {spec.identity.pair_name}: {e}") from e
 
 
 class Terminated(KeyboardInterrupt):
@@ -94,7 +95,11 @@ def _run(spec: RunSpec) -> dict:
     store = RunStore.open(spec)  # the run's (or shard's) lock first: a second writer is refused before any load
     tracker = NullTracker()
     try:
-        decoder = get_decoder(spec)
+        try:
+            decoder = get_decoder(spec)
+        except (ModelLoadError, PairUnavailable, ValueError, MemoryError):  # refused before any item: no run
+            store.discard()
+            raise
         bench.prepare(decoder, f"{cfg.pair.name}-{method.tag}")
         tracker = make_tracker(cfg, store.folder, ident)
         done = {s["index"]: s for s in store.samples()}

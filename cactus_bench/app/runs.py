@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 from .. import metrics
 from ..benchmarks.base import KINDS, Kind
 from .identity import RunIdentity
-from .store import read_samples
+from .store import StoreError, read_samples
 
 log = logging.getLogger("cactus_bench")
 
@@ -133,12 +133,12 @@ def load_runs(runs_dir: Path | str) -> list[Run]:
         folder = summary.parent
         try:
             stored = metrics.upgrade(json.loads(summary.read_text()))
-            run = Run(folder, yaml.safe_load((folder / "config.yaml").read_text()), stored).checked()
+            run = Run(folder, yaml.safe_load((folder / "config.yaml").read_text()), stored)
             run.identity  # noqa: B018  (a config that no longer composes into an identity is unreadable too)
         except (OSError, ValueError, yaml.YAMLError, KeyError, TypeError, AttributeError) as e:
             log.warning("skipping %s: unreadable run (%s: %s)", folder, type(e).__name__, str(e).splitlines()[0])
             continue
-        runs.append(run)
+        runs.append(run.checked())  # a damaged samples line is the store's paragraph (StoreError), not a skip
     return runs
 
 
@@ -169,5 +169,9 @@ def stored_references(runs_dir: Path | str, identity: RunIdentity) -> dict[str, 
     found = {}
     for which in metrics.REFERENCES:
         ref = identity.reference(which)
-        found[which] = next((r for r in load_runs(ref.folder(runs_dir)) if r.key == ref.key), None)
+        try:
+            found[which] = next((r for r in load_runs(ref.folder(runs_dir)) if r.key == ref.key), None)
+        except StoreError as e:  # a damaged reference: this run's own figures still stand, without it
+            log.warning("no %s reference for %s: %s", which, identity.key, e)
+            found[which] = None
     return found

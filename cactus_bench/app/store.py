@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import socket
 import time
 from pathlib import Path
@@ -195,12 +196,15 @@ class RunStore:
         self.timing_path = self.folder / f"timing{suffix}.jsonl"
         self.manifest_path = self.folder / f"manifest{suffix}.json"
         self.lock = RunLock(self.folder / f".lock{suffix}")
+        self.new = False  # this process made the folder (`open`)
+        self.discarded = False
 
     @classmethod
     def open(cls, spec: RunSpec) -> RunStore:
         """Take the run's (or shard's) lock, then record the config and a manifest entry."""
         cfg, ident = spec.cfg, spec.identity
         store = cls(ident.folder(cfg.paths.runs), parse_shard(cfg.get("shard")), ident)
+        store.new = not store.folder.exists()
         try:  # before any model loads: a folder that cannot be written fails now
             store.folder.mkdir(parents=True, exist_ok=True)
             store.lock.acquire()
@@ -282,10 +286,20 @@ class RunStore:
         except OSError as e:
             raise StoreError(unwritable(path, e)) from None
 
+    def discard(self) -> None:
+        """A run that never started (its models refused before any item): the folder this process made goes,
+        so no empty run is left behind to be found; a folder that was there before is kept as it was."""
+        if self.new and not any(self.folder.glob("samples*.jsonl")):
+            self.lock.release()
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.discarded = True
+
     def finish(self, status: str = "complete", limit: int | None = None) -> None:
         """Record how this process ended and release the lock. The run's status and limit only move forward:
         a rerun with a smaller limit, or one stopped early, leaves a complete run complete at its limit (the
         rerun's own ending is in its history entry)."""
+        if self.discarded:
+            return
         try:
             manifest = self.manifest()
             now = time.strftime("%Y-%m-%dT%H:%M:%S%z")

@@ -24,15 +24,12 @@ from pathlib import Path
 import datasets
 
 from ..registry import Registry
+from .errors import DataError
 
 GPQA_SUBSETS = ("diamond", "main", "extended")
 GPQA_PASSWORD = b"deserted-untie-orchid"  # published by the authors; it only keeps crawlers out
 GPQA_SHUFFLE_SEED = 0  # the authors' random.seed(0) before lm-eval shuffles the answers (spec.py)
 SPECBENCH_URL = "https://raw.githubusercontent.com/hemingkx/Spec-Bench/main/data/spec_bench/question.jsonl"
-
-
-class DataError(ValueError):
-    """Bad data configuration: a missing file, a gated dataset without credentials, an unknown name."""
 
 
 LOADERS: Registry = Registry("dataset loader", group="cactus_bench.datasets")

@@ -67,13 +67,64 @@ def top_level_ops(prof) -> tuple[Counter, int]:
     return ops, graphs
 
 
-def per_round(decode: Callable[[], int]) -> dict:
-    """Run `decode` (which returns how many rounds it made) under the profiler and the read counter."""
+# The part of a round that dispatched a top-level op: the first of this package's frames on its Python stack,
+# from the outermost in, that is not the loop itself (engine.py) or a model runner's dispatch (cache.py's
+# forward, _step, _compiled); an op with transformers' model code on its stack is the models' forward (the
+# code transformers' own generate runs too). What the round calls is then counted whole: the output-KL
+# measurement's calls into the rule are the output KL's, the rule's decision the rule's.
+PARTS = (
+    ("decode/warp.py", "warp"),
+    ("rules/base.py:sample_weights", "sampling"),
+    ("rules/", "rule"),
+    ("decode/output_kl.py", "output KL"),
+    ("decode/stats.py", "statistics"),
+    ("decode/cache.py", "cache and masks"),
+    ("decode/engine.py", "bookkeeping"),
+)
+FORWARD = "model forwards"
+DISPATCH = ("decode/engine.py:", "decode/cache.py:forward", "decode/cache.py:_step", "decode/cache.py:_compiled")
+
+
+def part_of(stack: list[str]) -> str:
+    """The part of a round an op belongs to, from its Python stack (innermost frame first)."""
+    if any(frame.startswith("transformers/") or "/transformers/" in frame for frame in stack):
+        return FORWARD
+    ours = []  # the decode's own frames (not a caller's: a benchmark's, a test's)
+    for frame in stack:
+        if "cactus_bench/decode/" in frame or "cactus_bench/rules/" in frame:
+            path = frame.split("cactus_bench/", 1)[1]
+            ours.append(path.split("(")[0] + ":" + frame.rsplit(": ", 1)[-1])
+    if not ours:
+        return "other"
+    outermost_first = ours[::-1]
+    where = next((f for f in outermost_first if not f.startswith(DISPATCH)), ours[0])
+    return next((name for prefix, name in PARTS if where.startswith(prefix)), "other")
+
+
+def top_level_events(prof) -> list:
+    """Aten ops called from Python (not inside another aten op or a compiled graph), and graph launches."""
+    out = []
+    for e in prof.events():
+        if not (e.name.startswith(GRAPH) or e.name.startswith("aten::")):
+            continue
+        parent = e.cpu_parent
+        while parent is not None and not parent.name.startswith(("aten::", GRAPH, PREFILL)):
+            parent = parent.cpu_parent
+        if parent is None:
+            out.append(e)
+    return out
+
+
+def per_round(decode: Callable[[], int], split: bool = False) -> dict:
+    """Run `decode` (which returns how many rounds it made) under the profiler and the read counter; with
+    `split`, each round's ops also by the part of the round that dispatched them (`PARTS`: the model
+    forwards, and the loop's own: warp, sampling, rule, statistics, cache and masks, bookkeeping)."""
     reads = Counter()
-    with profile(activities=[ProfilerActivity.CPU]) as prof, count_host_reads(reads):
+    stacks = {"with_stack": True, "experimental_config": torch._C._profiler._ExperimentalConfig(verbose=True)}
+    with profile(activities=[ProfilerActivity.CPU], **(stacks if split else {})) as prof, count_host_reads(reads):
         rounds = decode()
     ops, graphs = top_level_ops(prof)
-    return {
+    out = {
         "rounds": rounds,
         "ops_per_round": (sum(ops.values()) + graphs) / rounds,
         "graphs_per_round": graphs / rounds,
@@ -81,3 +132,8 @@ def per_round(decode: Callable[[], int]) -> dict:
         "reads": dict(reads),
         "top_ops": dict(ops.most_common(12)),
     }
+    if split:
+        parts = Counter(FORWARD if e.name.startswith(GRAPH) else part_of(list(e.stack)) for e in top_level_events(prof))
+        out["parts_per_round"] = {k: v / rounds for k, v in parts.most_common()}
+        out["loop_ops_per_round"] = sum(v for k, v in parts.items() if k != FORWARD) / rounds
+    return out

@@ -44,7 +44,10 @@ def command() -> Command:
 def main(argv=None):
     paths = default_paths()
     args = command().parse(argv)
-    runs = load_runs(args.results)
+    try:
+        runs = load_runs(args.results)
+    except StoreError as e:  # a damaged samples line: its paragraph (file, line, what to do)
+        fail(e)
     elsewhere = Path(args.results).resolve() != Path(paths.runs).resolve()
     beside = Path(args.results).parent  # another store's tables and figures go beside it
     if args.what == "table":

@@ -34,9 +34,10 @@ SPEC_FAMILIES = {"cross_architecture": cross_architecture.draw, "lossy_tradeoff"
 
 
 def figures(runs: list[Run], out_dir: Path | str, specs: list[dict] = (), overrides: list[str] = ()) -> dict[str, Path]:
-    """Every figure the stored runs support, and those of the given figure specs; returns name -> PNG. Our
-    figures in `out_dir` that this drawing did not make (their runs are gone) are removed."""
-    sink = Sink(out_dir)
+    """Every figure the stored runs support, and those of the given figure specs; returns name -> PNG. The
+    figures of this drawing's scope (its overrides) in `out_dir` that it did not make again (their runs are
+    gone) are removed; `index.md` says what each figure shows."""
+    sink = Sink(out_dir, [*overrides, *sorted({f"pair={s['pair_override']}" for s in specs if s.get("pair_override")})])
     try:
         return _draw(sink, runs, specs, overrides)
     finally:
@@ -46,6 +47,7 @@ def figures(runs: list[Run], out_dir: Path | str, specs: list[dict] = (), overri
 
 def _draw(sink: Sink, runs: list[Run], specs, overrides) -> dict[str, Path]:
     for spec in specs:
+        sink.title = spec.get("title", spec["name"])
         notes = SPEC_FAMILIES[spec["figure"]](sink, spec, runs, list(overrides))
         if notes:
             sink.notes(spec["name"], notes)
@@ -66,6 +68,7 @@ def _draw(sink: Sink, runs: list[Run], specs, overrides) -> dict[str, Path]:
             name = f"{data}_{pair}_m{m}" + (f"_{setting}" if several else "")
             n = max(len(r.samples) for r in [*gm["run"], *ver["run"]])
             title = f"{data} ({pair}, m={m}{', ' + differences[setting] if several else ''}; n={n})"
+            sink.title = title
             for family in families:
                 GROUP_FAMILIES[family](sink, name, title, gm, ver)
     return sink.made

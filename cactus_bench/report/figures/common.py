@@ -3,6 +3,7 @@ verifier's ±1σ band, and a frame of stored runs grouped the way figures may jo
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import matplotlib
@@ -12,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ...app.runs import Run  # noqa: E402
+from ...utils import write_text_atomic  # noqa: E402
 
 MARKERS = "os^Dvp<>h*"
 CAVEAT_MARK = "⚠"  # a timed figure to be read with its note (the tables' mark)
@@ -25,37 +27,53 @@ def method_label(method: str) -> str:
 
 
 class Sink:
-    """Writes each figure as PNG and PDF into one folder and remembers what it wrote."""
+    """Writes each figure as PNG and PDF into one folder, remembers what it wrote, and keeps the folder's
+    index (`index.json`, and `index.md` to read): every figure's title, which says the setting it draws
+    (a file name carries a setting's hash when a dataset has runs of several), and the scope it was drawn in
+    (the overrides the drawing was asked for). A drawing removes only figures of its own scope that it did
+    not draw again (their runs are gone): another setting's figures, drawn by another command, stay."""
 
-    def __init__(self, out_dir: Path | str):
+    def __init__(self, out_dir: Path | str, scope: list[str] = ()):
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
+        self.scope = sorted(scope)
         self.made: dict[str, Path] = {}
         self.noted: set[str] = set()
+        self.title = ""  # what the figures drawn now show: set by the caller before each family draws
+        try:
+            self.index: dict[str, dict] = json.loads((self.out / "index.json").read_text())
+        except (OSError, ValueError):
+            self.index = {}
 
     def save(self, fig, name: str) -> None:
         for ext in ("png", "pdf"):
             fig.savefig(self.out / f"{name}.{ext}", bbox_inches="tight", dpi=130)
         plt.close(fig)
         self.made[name] = self.out / f"{name}.png"
+        self.index[name] = {"title": self.title, "scope": self.scope, "files": [f"{name}.png", f"{name}.pdf"]}
 
     def notes(self, name: str, notes: list[str]) -> None:
         (self.out / f"{name}_notes.txt").write_text("\n".join(notes) + "\n")
         self.noted.add(f"{name}_notes.txt")
+        self.index[f"{name}_notes"] = {"title": self.title, "scope": self.scope, "files": [f"{name}_notes.txt"]}
 
     def remove_stale(self) -> list[Path]:
-        """Figures (and notes) of ours in the folder that this drawing did not make: drawn from runs or
-        settings that are gone, they would sit beside the new ones looking current."""
-        kept = {f"{n}.{ext}" for n in self.made for ext in ("png", "pdf")} | self.noted
-        stale = [
-            p
-            for pattern in ("fig*.png", "fig*.pdf", "*_notes.txt")
-            for p in self.out.glob(pattern)
-            if p.name not in kept
-        ]
-        for p in stale:
-            p.unlink()
-        return stale
+        """This scope's figures (and notes) in the index that this drawing did not make: drawn from runs
+        that are gone, they would sit beside the new ones looking current. Then the index is written."""
+        kept = set(self.made) | {n.removesuffix(".txt") for n in self.noted}
+        stale = [n for n, e in self.index.items() if e.get("scope") == self.scope and n not in kept]
+        removed = []
+        for name in stale:
+            for file in self.index.pop(name)["files"]:
+                if (self.out / file).exists():
+                    (self.out / file).unlink()
+                    removed.append(self.out / file)
+        write_text_atomic(self.out / "index.json", json.dumps(self.index, indent=1, sort_keys=True))
+        lines = ["# Figures", "", "| file | what it shows | drawn with |", "| --- | --- | --- |"]
+        for _, e in sorted(self.index.items()):
+            lines.append(f"| {e['files'][0]} | {e['title']} | {' '.join(e['scope']) or 'the runs as stored'} |")
+        write_text_atomic(self.out / "index.md", "\n".join(lines) + "\n")
+        return removed
 
 
 def runs_frame(runs: list[Run]) -> pd.DataFrame:
