@@ -212,6 +212,17 @@ def test_a_pair_that_does_not_fit_fails_before_loading(small_cache, monkeypatch)
         load_pair(str(folder / "drafter"), str(folder / "verifier"), device="cpu")
 
 
+def test_free_ram_counts_the_page_cache_the_kernel_gives_back(tmp_path):
+    """CI failed a 0.5 GiB load on an idle 24 GiB machine: MemFree (0.4 GiB after the installs filled the page
+    cache) was read as free memory; MemAvailable is what a new allocation can take."""
+    from cactus_bench.models import available_ram
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24000000 kB\nMemFree:          400000 kB\nMemAvailable:   22000000 kB\n")
+    assert available_ram(str(meminfo)) == 22000000 * 1024
+    assert available_ram(str(tmp_path / "none")) is not None  # sysconf where /proc is not there
+
+
 def test_weight_size_is_counted_without_allocating():
     from cactus_bench.models import model_bytes
 

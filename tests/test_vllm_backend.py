@@ -120,7 +120,7 @@ def test_both_backends_count_a_round_by_one_definition():
     the same numbers, whatever is cut: seeded random rounds with drafted EOS ids and token budgets."""
     import torch
 
-    from cactus_bench.decode.stats import COUNTED, counted_drafts, round_columns
+    from cactus_bench.decode.stats import COUNTED, counted_drafts, draft_budget, round_columns
 
     g = torch.Generator().manual_seed(0)
     m, B = 4, 400
@@ -130,7 +130,7 @@ def test_both_backends_count_a_round_by_one_definition():
     fits = torch.rand(B, m, generator=g) < 0.9
     left = torch.randint(1, 8, (B,), generator=g)
     first_eos = torch.where(drafts == EOS, torch.arange(m), m).min(-1).values
-    n_drafts = counted_drafts(torch.full((B,), m), first_eos, left)
+    n_drafts = counted_drafts(torch.tensor([draft_budget(m, int(x)) for x in left]), first_eos)
     # the transformers engine: the rule tests only the drafts that count
     hf = round_columns(passes * (torch.arange(m) < n_drafts[:, None]), n_drafts, kl, out_kl, fits)
     for b in range(B):

@@ -72,6 +72,11 @@ def to_device(values: list, dtype: torch.dtype, device: torch.device) -> Tensor:
     return host.to(device, non_blocking=True)
 
 
+def on(t: Tensor, device: torch.device) -> Tensor:
+    """`t` on `device`, with no op dispatched when it is there already (`.to` is one even then)."""
+    return t if t.device == device else t.to(device)
+
+
 def cache_kwarg(model) -> str:
     """transformers 5.24 renamed `past_key_values` to `cache`; 5.17 (the GPU box) predates it."""
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
@@ -138,6 +143,8 @@ class RowCache(Cache):
         self.rows, self.capacity = rows, capacity
         self.pos = torch.zeros(rows, dtype=torch.long, device=device)
         torch._dynamo.mark_static_address(self.pos)
+        self.key_positions = torch.arange(capacity, device=device).view(1, 1, 1, capacity)
+        torch._dynamo.mark_static_address(self.key_positions)
         self.kv_len = kv_bucket(1, capacity)
         self.prefill_rows: Tensor | None = None  # set only while some rows are prefilled
         super().__init__(layers=[RowLayer(self) for _ in range(config.num_hidden_layers)])
@@ -147,18 +154,15 @@ class RowCache(Cache):
         self.window: int = window or 0  # read by sliding layers only, which have one
 
     def masks(self, positions: Tensor, dtype: torch.dtype, impl: str) -> Tensor | dict[str, Tensor]:
-        """The attention mask of queries at `positions` [B, n] over the first `kv_len` keys: causal, and
-        within the window for sliding layers; in the format `impl` wants (sdpa: bool, eager: additive)."""
-        keys = torch.arange(self.kv_len, device=positions.device)
-        causal = keys[None, None, :] <= positions[:, :, None]  # [B, n, kv]
+        """The attention mask [B, 1, n, kv] of queries at `positions` [B, n] over the first `kv_len` keys:
+        causal, and within the window for sliding layers; in the format `impl` wants (sdpa: bool, eager:
+        additive). The keys' positions are a view of one tensor made with the cache, not made anew."""
+        keys = self.key_positions[..., : self.kv_len]  # [1, 1, 1, kv]
+        at = positions.view(positions.shape[0], 1, positions.shape[1], 1)
+        causal = keys <= at
         out = {}
         for kind in self.layer_types:
-            mask = (
-                causal & (keys[None, None, :] > positions[:, :, None] - self.window)
-                if kind == "sliding_attention"
-                else causal
-            )
-            mask = mask[:, None]
+            mask = causal & (keys > at - self.window) if kind == "sliding_attention" else causal
             if impl == "eager":
                 mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
                     ~mask, torch.finfo(dtype).min
@@ -217,12 +221,13 @@ def _step(
     want_logits: bool,
 ):
     """One forward of `ids` [B, n] at the rows' positions, then the warped probabilities of the last `keep`
-    positions (over the first `vocab` ids) and, given uniforms `u` [B], a token sampled from the last one:
+    positions (over the first `vocab` ids) and, given uniforms `u` [B, 1], a token [B, 1] sampled from the last:
     what a decode loop compiles, so warping and sampling run inside the compiled graph too. The raw logits
     come out only when asked (`want_logits`): under CUDA graphs every output is copied out after the call."""
     from ..rules import sample_weights
 
-    positions = cache.pos[:, None] + torch.arange(ids.shape[1], device=ids.device)
+    n = ids.shape[1]  # one token (a draft step): its row's position itself, without an arange and an add
+    positions = cache.pos.unsqueeze(1) if n == 1 else cache.pos.unsqueeze(1) + torch.arange(n, device=ids.device)
     mask = cache.masks(positions, model.dtype, impl)
     out = model.forward(
         input_ids=ids,
@@ -232,9 +237,10 @@ def _step(
         logits_to_keep=keep,
         **{cache_kw: cache},
     )
-    logits = out.logits[..., :vocab]
+    logits = out.logits if out.logits.shape[-1] == vocab else out.logits[..., :vocab]  # a slice is an op
     probs = warp(logits)
-    token = sample_weights(probs[:, -1], u=u) if u is not None else None
+    # the last position's token, [B, 1] (`u` [B, 1]): what the next step is fed, as it is
+    token = sample_weights(probs if keep == 1 else probs[:, -1:], u=u) if u is not None else None
     return (logits if want_logits else None), probs, token
 
 
@@ -274,15 +280,17 @@ class ModelRunner:
         self.graph_outputs = graphs.uses_cuda_graphs(model, compile)  # outputs live in CUDA graph memory
         self.grouped = uses_grouped_attention(model)  # GQA without per-step K/V copies (`attention.py`)
 
-    def set_positions(self, starts: list[int]) -> None:
-        """Each row's next write position (host -> device, no sync)."""
-        self.cache.pos.copy_(to_device(starts, torch.long, self.device), non_blocking=True)
+    def set_positions(self, starts: list[int] | Tensor) -> None:
+        """Each row's next write position (a host list, or a tensor on the device; no sync)."""
+        if not isinstance(starts, Tensor):
+            starts = to_device(starts, torch.long, self.device)
+        self.cache.pos.copy_(starts, non_blocking=True)
 
     def forward(
         self, ids: Tensor, reach: int, keep: int, vocab: int, warp, u: Tensor | None = None, logits: bool = False
     ) -> tuple[Tensor | None, Tensor, Tensor | None]:
         """Run `ids` [B, n] at the rows' positions and advance them by n: the last `keep` positions' logits
-        (only if `logits`) and warped probabilities, and with uniforms `u` a token sampled from the last
+        (only if `logits`) and warped probabilities, and with uniforms `u` [B, 1] a token [B, 1] sampled from the last
         (`_step`). `reach` is the longest row's end after this forward (a host-side number: it picks the key
         bucket without reading the device). What it returns is the caller's to keep: never graph memory."""
         timer = self.timer

@@ -36,10 +36,10 @@ from torch import Tensor
 
 from ..rules import Rule, build_rule
 from . import graphs, memory
-from .cache import ModelRunner, buckets_between, capacity_for, device_of, to_device
+from .cache import ModelRunner, buckets_between, capacity_for, device_of, on, to_device
 from .jobs import EngineOptions, Job, Row
 from .output_kl import output_kl, support_for
-from .stats import GenerationOutput, counted_drafts, round_columns
+from .stats import GenerationOutput, counted_drafts, draft_budget, round_columns
 from .warp import Warper
 
 AR_BLOCK = 32  # the verifier-alone loop draws its uniforms in blocks of this many tokens per row
@@ -219,37 +219,44 @@ class Engine:
         # draft: the first step feeds what the drafter lacks (one token, or two if any row lacks two)
         lengths = [len(r.committed) if r is not None else 2 for r in slots]
         lag = max(r.lag for r in live)
-        dm.set_positions([n - lag for n in lengths])
-        x = to_device([r.committed[-lag:] if r is not None else [0] * lag for r in slots], torch.long, self.device)
         reach = max(lengths)
         need_raw = rule.needs_raw
         # drafts no row's token budget can use are not drafted (a sequence's last round); their slots are
         # filled below so every shape, and so every compiled graph, stays that of m drafts
-        budgets = [max(min(m, r.left - 1), 0) if r is not None else 0 for r in slots]
+        budgets = [draft_budget(m, r.left) if r is not None else 0 for r in slots]
         steps = max(budgets)
-        probs, raws, drafts = [], [], []
+        # the round's host values in one transfer, each a view of it: the drafter's and the verifier's write
+        # positions, each row's draft budget, what the drafter is fed first, the verifier's first token
+        fed = [(r.committed[-lag:], r.committed[-1]) if r is not None else ([0] * lag, 0) for r in slots]
+        given = to_device(
+            [[n - lag, n - 1, b, *first, last] for n, b, (first, last) in zip(lengths, budgets, fed)],
+            torch.long,
+            self.device,
+        )
+        dm.set_positions(given[:, 0])
+        x = given[:, 3 : 3 + lag].clone(memory_format=torch.contiguous_format)  # a draft's strides: graphs guard them
+        probs, raws, drafts = [], [], []  # each step's p [B, 1, V] and draft [B, 1]
         for j in range(steps):
-            logits, p, d = dm.forward(x, reach + j, 1, vocab, warp, u[:, j], logits=need_raw)
+            logits, p, d = dm.forward(x, reach + j, 1, vocab, warp, u[:, j : j + 1], logits=need_raw)
             assert d is not None  # sampled: uniforms were given
-            probs.append(p[:, -1])
+            probs.append(p)
             drafts.append(d)
             if logits is not None:
                 raws.append(torch.softmax(logits[:, -1].float(), -1))
-            x = d[:, None]
-        d = torch.stack(drafts + [torch.zeros(len(slots), dtype=torch.long, device=self.device)] * (m - steps), 1)
-        left = to_device([r.left if r is not None else 0 for r in slots], torch.long, self.device)
-        n_drafts = counted_drafts(torch.full_like(left, m), self._first_eos(d), left)
+            x = d
+        undrafted = [torch.zeros((len(slots), m - steps), dtype=torch.long, device=self.device)] if steps < m else []
+        d = torch.cat(drafts + undrafted, 1)
+        n_drafts = counted_drafts(given[:, 2], self._first_eos(d))
         t_draft = clock.lap()
         # verify: each row's last committed token and its m drafts
-        self.vm.set_positions([n - 1 for n in lengths])
-        tail = to_device([[r.committed[-1] if r is not None else 0] for r in slots], torch.long, self.device)
-        ids = torch.cat([tail, d.to(self.vm.device)], 1)
+        self.vm.set_positions(given[:, 1])
+        ids = torch.cat([given[:, 3 + lag :], on(d, self.vm.device)], 1)
         v_logits, q, _ = self.vm.forward(ids, reach + m, m + 1, vocab, warp, logits=need_raw)
-        q = q.to(self.device)  # a verifier spread by device_map: its last GPU
+        q = on(q, self.device)  # a verifier spread by device_map: its last GPU
         t_verify = clock.lap()
         # an undrafted slot gets p = q there: past every row's n_drafts, so never decided, and finite in
         # every per-position quantity the rule computes (a KL of q against itself is 0)
-        p = torch.stack(probs + (list(q[:, steps:m].unbind(1)) if steps < m else []), 1)  # [B, m, V]
+        p = torch.cat(probs + ([q[:, steps:m]] if steps < m else []), 1)  # [B, m, V]
         raw: dict[str, Any] = {}
         if v_logits is not None:
             target_raw = torch.softmax(v_logits.to(self.device).float(), -1)
@@ -265,7 +272,7 @@ class Engine:
         for b, row in enumerate(slots):
             if row is None:
                 continue
-            emitted, (n, n_any, k, kl, kl_n, out_sum, out_n, out_skipped) = host[b][: m + 1], host[b][m + 1 :]
+            emitted, (n, n_any, k, kl_n, out_n, out_skipped, kl, out_sum) = host[b][: m + 1], host[b][m + 1 :]
             n, n_any, k = int(n), int(n_any), int(k)
             tokens, reason = _commit([int(t) for t in emitted[: n + 1]], self.eos, row.left)
             row.committed += tokens
@@ -311,11 +318,11 @@ class Engine:
         lengths = [len(r.committed) if r is not None else 1 for r in slots]
         self.vm.set_positions([n - 1 for n in lengths])
         x = to_device([[r.committed[-1] if r is not None else 0] for r in slots], torch.long, self.vm.device)
-        u = torch.stack([self._next_ar_uniform(r) for r in slots]).to(self.vm.device, non_blocking=True)
+        u = on(torch.stack([self._next_ar_uniform(r) for r in slots]), self.vm.device)  # [B, 1]
         _, _, token = self.vm.forward(x, max(lengths), 1, self.vocab, self.warp, u)
         assert token is not None  # sampled: uniforms were given
         t_verify = clock.lap()
-        tokens = token.tolist()  # the one sync per token
+        tokens = [t for (t,) in token.tolist()]  # the one sync per token
         t_rule = clock.lap()
         finished = []
         for b, row in enumerate(slots):
@@ -347,20 +354,21 @@ class Engine:
         return finished
 
     def _next_ar_uniform(self, row: Row | None) -> Tensor:
-        """The row's next uniform (a host tensor), from blocks of AR_BLOCK drawn from its generator."""
+        """The row's next uniform (a host tensor [1]), from blocks of AR_BLOCK drawn from its generator."""
         if row is None:
-            return torch.zeros((), dtype=torch.float64)
+            return torch.zeros(1, dtype=torch.float64)
         if row.block is None or row.used == AR_BLOCK:
             row.block, row.used = torch.rand(AR_BLOCK, generator=row.job.generator, dtype=torch.float64), 0
         row.used += 1
-        return row.block[row.used - 1]
+        return row.block[row.used - 1 : row.used]
 
     def _uniforms(self, slots: list[Row | None], n: int) -> Tensor:
         """Each row's next n uniforms from its own generator ([B, n]; zeros for empty slots), drawn on the host
         (generators are CPU generators: an item's stream is the same on any device) and queued to the device."""
-        zeros = torch.zeros(n, dtype=torch.float64)
+        empty: list[Tensor] = [torch.zeros(n, dtype=torch.float64)] if None in slots else []  # only if one is
+        f64 = torch.float64
         host = torch.stack(
-            [torch.rand(n, generator=r.job.generator, dtype=torch.float64) if r is not None else zeros for r in slots]
+            [torch.rand(n, generator=r.job.generator, dtype=f64) if r is not None else empty[0] for r in slots]
         )
         return host.pin_memory().to(self.device, non_blocking=True) if self.device.type == "cuda" else host
 

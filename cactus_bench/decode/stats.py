@@ -40,13 +40,19 @@ class Rounds:
 
 COLUMNS = frozenset(f.name for f in fields(Rounds))  # checked once per round: a set compare, no reflection
 # what `round_columns` returns, in order
-COUNTED = ("accepted", "accepted_any", "drafted", "kl_sum", "kl_count", "out_kl_sum", "out_kl_count", "out_kl_skipped")
+COUNTED = ("accepted", "accepted_any", "drafted", "kl_count", "out_kl_count", "out_kl_skipped", "kl_sum", "out_kl_sum")
 
 
-def counted_drafts(drafted: Tensor, first_eos: Tensor, left: Tensor) -> Tensor:
-    """The drafts of a round that count [B]: up to the first drafted EOS (`first_eos`: its index, m where
-    there is none) and the room the token budget leaves (`left` tokens, the round's own sample among them)."""
-    return torch.minimum(torch.minimum(drafted, first_eos + 1), (left - 1).clamp(min=0))
+def draft_budget(drafted: int, left: int) -> int:
+    """How many of a round's drafts can count: its drafts, but no more than the tokens left (`left`) but one,
+    the round's own sample."""
+    return max(min(drafted, left - 1), 0)
+
+
+def counted_drafts(budget: Tensor, first_eos: Tensor) -> Tensor:
+    """The drafts of a round that count [B]: within its `draft_budget`, up to the first drafted EOS
+    (`first_eos`: its index, m where there is none)."""
+    return torch.minimum(budget, first_eos + 1)
 
 
 def round_columns(passed: Tensor, n_drafts: Tensor, kl: Tensor | None, out_kl: Tensor, fits: Tensor) -> Tensor:
@@ -58,23 +64,17 @@ def round_columns(passed: Tensor, n_drafts: Tensor, kl: Tensor | None, out_kl: T
     m = passed.shape[1]
     pos = torch.arange(m, device=passed.device)
     counted = pos < n_drafts.unsqueeze(-1)
-    tests = passed.long() * counted
-    accepted = torch.cumprod(tests, dim=-1).sum(-1)
+    tests = passed * counted
+    accepted = tests.cumprod(-1).sum(-1)
     decided = (pos <= accepted.unsqueeze(-1)) & counted
-    zero = torch.zeros((), dtype=torch.float64, device=passed.device)
-    kl_sum = torch.where(decided, kl.double(), zero).sum(-1) if kl is not None else zero.expand(len(passed))
     fit = decided & fits
-    columns = [
-        accepted.double(),
-        tests.sum(-1).double(),
-        n_drafts.double(),
-        kl_sum,
-        decided.sum(-1).double(),
-        torch.where(fit, out_kl.double(), zero).sum(-1),
-        fit.sum(-1).double(),
-        (decided & ~fits).sum(-1).double(),
-    ]
-    return torch.stack(columns, 1)
+    counts = [accepted, tests.sum(-1), n_drafts, decided.sum(-1), fit.sum(-1), (decided & ~fits).sum(-1)]
+    # the KLs summed over the decided positions (a where, not a product: a KL need not be finite where it
+    # is not counted), the output KL where its support fit
+    zero = torch.zeros((), dtype=torch.float64, device=passed.device)
+    target = torch.where(decided, kl, zero) if kl is not None else zero.expand(decided.shape)
+    sums = torch.stack([target, torch.where(fit, out_kl, zero)], -1).sum(1)
+    return torch.cat([torch.stack(counts, -1).double(), sums], -1)
 
 
 @dataclass

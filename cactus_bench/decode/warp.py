@@ -37,10 +37,12 @@ class Warper:
 
     def __call__(self, logits: Tensor) -> Tensor:
         """Logits [..., V] -> warped probabilities [..., V] (float32)."""
-        logits = logits.float()
+        if logits.dtype != torch.float32:  # `.float()` and `/ 1.0` are ops even when they change nothing
+            logits = logits.float()
         if self.greedy:
             return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
-        logits = logits / self.temperature
+        if self.temperature != 1.0:
+            logits = logits / self.temperature
         V = logits.shape[-1]
         if self.top_k and self.top_k < V:
             if self.top_p < 1.0 and V < SORT_BELOW:  # a small vocabulary: one sort costs less than the passes

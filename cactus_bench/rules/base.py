@@ -35,11 +35,11 @@ def sample_weights(w: Tensor, generator: torch.Generator | None = None, u: Tenso
     ~8x slower at V = 151,936 on CPU), drawn from `generator` or given as `u` [...] in [0, 1).
     `right=True` never lands on a zero-weight token.
     """
-    c = torch.cumsum(w.double(), dim=-1)
+    c = torch.cumsum(w, dim=-1, dtype=torch.float64)
     if u is None:
         u = torch.rand((*w.shape[:-1], 1), generator=generator, device=w.device, dtype=torch.float64)
     else:
-        u = u.to(torch.float64).unsqueeze(-1)
+        u = (u if u.dtype == torch.float64 else u.to(torch.float64)).unsqueeze(-1)
     return torch.searchsorted(c, u * c[..., -1:], right=True).clamp(max=w.shape[-1] - 1).squeeze(-1)
 
 
@@ -55,9 +55,9 @@ def kl(h: Tensor, q: Tensor) -> Tensor:
 
 
 def general_accept(h_n: Tensor, p_n: Tensor) -> Tensor:
-    """The general identity's acceptance ``min(1, h_n / p_n)`` (a token p cannot draft is never accepted)."""
-    safe = torch.where(p_n > 0, p_n, torch.ones_like(p_n))
-    return torch.where(p_n > 0, torch.clamp(h_n / safe, max=1.0), torch.zeros_like(p_n))
+    """The general identity's acceptance ``min(1, h_n / p_n)`` (a token p cannot draft is never accepted:
+    its quotient, inf or nan, is never selected)."""
+    return torch.where(p_n > 0, torch.clamp(h_n / p_n, max=1.0), 0.0)
 
 
 class Verification(NamedTuple):
@@ -67,7 +67,7 @@ class Verification(NamedTuple):
     n_accepted: Tensor  # [B] drafts accepted before the first rejection
     n_accepted_any: Tensor  # [B] drafts whose accept test passed, at any position (vLLM-style counting)
     kl: Tensor | None  # [B, m] target KL(h||q) per position (with return_kl, for rules with a target)
-    passed: Tensor | None = None  # [B, m] each draft's accept test (1 passed), 0 past the row's n_drafts
+    passed: Tensor | None = None  # [B, m] each draft's accept test (True: passed), False past the row's n_drafts
 
 
 class Rule(ABC):
@@ -174,7 +174,7 @@ class Rule(ABC):
         u_last = None if uniforms is None else uniforms[:, m]
         if m == 0:  # nothing drafted (e.g. one token of budget left): a plain verifier sample
             n_acc = n_any = torch.zeros(B, dtype=torch.int64, device=device)
-            passed = torch.zeros((B, 0), dtype=torch.int64, device=device)
+            passed = torch.zeros((B, 0), dtype=torch.bool, device=device)
             last = sample_weights(target_probs[:, 0], generator, u_last)
         else:
             a = self.accept_prob(draft_probs, q, draft_tokens, **extra)  # [B, m]
@@ -182,9 +182,9 @@ class Rule(ABC):
                 u = torch.rand((B, m), generator=generator, device=device, dtype=a.dtype)
             else:
                 u = uniforms[:, :m].to(a.dtype)
-            passed = (u < a).to(torch.int64)
+            passed = u < a
             if n_drafts is not None:
-                passed = passed * (torch.arange(m, device=device) < n_drafts.unsqueeze(-1))
+                passed = passed & (torch.arange(m, device=device) < n_drafts.unsqueeze(-1))
             n_acc = torch.cumprod(passed, dim=-1).sum(-1)  # accepted before the first rejection
             n_any = passed.sum(-1)
             # The one sampled token sits at position n_acc: recovery there, or the bonus when every draft

@@ -4,6 +4,8 @@ h_n = γ,  h_i = q_i·(1 − γ)/(1 − q_n) for i ≠ n;  accept min(1, γ/p_n)
 `cactus` uses the paper's second-order Taylor γ; `cactus_exact` solves the binary-KL constraint exactly.
 """
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -30,23 +32,29 @@ class Cactus(TargetRule):
     def gamma(self, qn: Tensor) -> Tensor:
         return torch.clamp(qn + torch.sqrt(2 * self.delta * qn * (1 - qn)), max=1.0)
 
-    def _gamma(self, qn: Tensor, prepared: Tensor | None) -> Tensor:
-        return self.gamma(qn) if prepared is None else prepared
-
-    def target(self, p, q, n, gamma=None, **raw):
+    def prepare(self, p, q, n, **raw):
+        """q_n and γ at each drafted token, once per `verify` for the test, the recovery and the target KL."""
+        if n is None:  # the exact laws: every candidate draft has its own, computed where needed
+            return {}
         qn = gather_last(q, n)
-        g = self._gamma(qn, gamma)
-        scale = (1 - g) / (1 - qn)  # 0/0 when q_n = 1 (then γ = 1 and h = q): official code maps NaN to 1
-        scale = torch.where(torch.isnan(scale), torch.ones_like(scale), scale)
+        return {"qn": qn, "gamma": self.gamma(qn)}
+
+    def _gamma(self, q, n, qn=None, gamma=None) -> tuple[Tensor, Tensor]:
+        qn = gather_last(q, n) if qn is None else qn
+        return qn, self.gamma(qn) if gamma is None else gamma
+
+    def target(self, p, q, n, gamma=None, qn=None, **raw):
+        qn, g = self._gamma(q, n, qn, gamma)
+        # 0/0 when q_n = 1 (then γ = 1 and h = q): the official code maps NaN to 1
+        scale = torch.nan_to_num((1 - g) / (1 - qn), nan=1.0, posinf=math.inf, neginf=-math.inf)
         h = q * scale.unsqueeze(-1)
         return h.scatter(-1, n.unsqueeze(-1), g.unsqueeze(-1))
 
-    def accept_prob(self, p, q, n, gamma=None, **raw):  # only γ = h_n is needed for the test
-        return general_accept(self._gamma(gather_last(q, n), gamma), gather_last(p, n))
+    def accept_prob(self, p, q, n, gamma=None, qn=None, **raw):  # only γ = h_n is needed for the test
+        return general_accept(self._gamma(q, n, qn, gamma)[1], gather_last(p, n))
 
-    def target_kl(self, p, q, n, gamma=None, **raw):
-        qn = gather_last(q, n)
-        return binary_kl(self._gamma(qn, gamma), qn)
+    def target_kl(self, p, q, n, gamma=None, qn=None, **raw):
+        return binary_kl(*self._gamma(q, n, qn, gamma)[::-1])
 
 
 @register("cactus_exact")
@@ -58,7 +66,10 @@ class CactusExact(Cactus):
     label = "Cactus (exact γ)"
 
     def prepare(self, p, q, n, **raw):
-        return {"gamma": self.gamma(gather_last(q, n))}  # one bisection per round, shared by test and target
+        if n is None:
+            return {}
+        qn = gather_last(q, n)
+        return {"qn": qn, "gamma": self.gamma(qn)}  # one bisection per round, shared by test and target
 
     def prepare_laws(self, p, q, **raw):
         return {"gamma": self.gamma(q)}  # γ of every candidate draft n at once: one bisection over [..., S]

@@ -18,7 +18,7 @@ import torch
 
 from ....precision import dtype_name
 from ...api import DecodeSpec, Generation, ModelLoadError, ModelSpec, Request, stable_seed
-from ...stats import GenerationOutput, Rounds, counted_drafts, round_columns
+from ...stats import GenerationOutput, Rounds, counted_drafts, draft_budget, round_columns
 from ..hf import cut_at_stop, reply_text
 from . import plugin
 
@@ -229,7 +229,8 @@ def build_rounds(recorded: list[list], n_tokens: int, max_tokens: int, eos: set[
             rounds.add(**zero)
         m = len(drafts)
         first_eos = next((j for j, t in enumerate(drafts) if t in eos), m)
-        n_drafts = counted_drafts(torch.tensor([m]), torch.tensor([first_eos]), torch.tensor([max_tokens - before]))
+        budget = torch.tensor([draft_budget(m, max_tokens - before)])
+        n_drafts = counted_drafts(budget, torch.tensor([first_eos]))
         row = round_columns(
             torch.tensor([passes]),
             n_drafts,
@@ -237,7 +238,7 @@ def build_rounds(recorded: list[list], n_tokens: int, max_tokens: int, eos: set[
             torch.tensor([out_kl]),
             torch.tensor([fits], dtype=torch.bool),
         )[0].tolist()
-        accepted, accepted_any, drafted, kl_sum, kl_count, out_sum, out_n, skipped = row
+        accepted, accepted_any, drafted, kl_count, out_n, skipped, kl_sum, out_sum = row
         emitted = min(int(accepted) + 1, n_tokens - before)  # the generation may stop inside this round
         rounds.add(
             drafted=int(drafted),
