@@ -9,35 +9,24 @@ from __future__ import annotations
 import torch
 
 from cactus_bench.cli import Command, Key
-from cactus_bench.decode import Engine, EngineOptions, Job
 from cactus_bench.models import random_lm
-from cactus_bench.perf.launch import per_round
+from cactus_bench.perf.launch import decode_round_ops
 from cactus_bench.perf.results import write_results
 from cactus_bench.perf.shapes import PAIRS, SHAPES
-from cactus_bench.rules import RULES, build_rule
+from cactus_bench.rules import RULES
 
 ENGINES = {"eager": None, "fast": "inductor"}
+# the same measurement at c2f15d8, before the loop's own ops were cut (issue 41), for the ratio
+BEFORE = (
+    "Before (c2f15d8, `decode_round_ops` on its code): eager, tiny pair, Cactus: 920.6 ops per round, the loop's "
+    "own 319.0 (rule 113.0, cache and masks 87.6, statistics 36.0, sampling 34.2, bookkeeping 31.8, warp 14.4, "
+    "output KL 2.0)."
+)
 
 
 def qwen3_06b_pair():
     shape = {**SHAPES["qwen3-0.6b"], "max_position_embeddings": 4096, "eos_token_id": None, "bos_token_id": None}
     return random_lm("qwen3", 0, **{**shape, "num_hidden_layers": 2}), random_lm("qwen3", 1, **shape)
-
-
-def measure(pair, compile, m: int, new_tokens: int, rule: str = "cactus") -> dict:
-    drafter, verifier = pair
-    engine = Engine(verifier, drafter, build_rule(rule), m, eos={1}, options=EngineOptions(1, compile))
-    prompt = list(range(10, 42))
-    list(engine.run([Job(prompt, new_tokens, torch.Generator().manual_seed(0))]))  # warm up (and compile)
-
-    def decode() -> int:
-        rounds = []
-        engine.on_round = lambda e, slots: rounds.append(1)
-        list(engine.run([Job(prompt, new_tokens, torch.Generator().manual_seed(1))]))
-        engine.on_round = None
-        return len(rounds)
-
-    return per_round(decode, split=True)
 
 
 def main():
@@ -58,7 +47,7 @@ def main():
     for model, build in models.items():
         pair = build()
         for engine, compile in engines.items():
-            r = measure(pair, compile, args.m, args.new_tokens)
+            r = decode_round_ops(pair, compile, args.m, args.new_tokens)
             parts = " ".join(f"{k.replace(' ', '_')}={v:.1f}" for k, v in r["parts_per_round"].items())
             line = (
                 f"engine={engine} model={model} ops_per_round={r['ops_per_round']:.0f} "
@@ -68,16 +57,17 @@ def main():
             print(line, flush=True)
             lines.append(line)
             rows.append({"engine": engine, "model": model, **r})
-    # every rule on the tiny pair with the fast engine (the graphs are the same for every rule: what differs
-    # is the round's tail, the rule's decision and its output-KL measurement, run eagerly)
-    pair, compile = PAIRS["tiny"](), engines["traced" if args.small else "fast"]
+    # every rule on the tiny pair, each engine (the graphs are the same for every rule: what differs is the
+    # round's tail, the rule's decision and its output-KL measurement, run eagerly)
+    pair = PAIRS["tiny"]()
     per_rule = []
     for rule in sorted(RULES):
-        r = measure(pair, compile, args.m, args.new_tokens, rule)
-        per_rule.append(
-            f"| {rule} | {r['ops_per_round']:.0f} | {r['loop_ops_per_round']:.1f} | {r['host_syncs_per_round']:.0f} |"
-        )
-        rows.append({"engine": "fast", "model": "tiny", "rule": rule, **r})
+        cells = []
+        for engine, compile in engines.items():
+            r = decode_round_ops(pair, compile, args.m, args.new_tokens, rule)
+            rows.append({"engine": engine, "model": "tiny", "rule": rule, **r})
+            cells.append(f"{r['ops_per_round']:.0f} | {r['loop_ops_per_round']:.1f} | {r['host_syncs_per_round']:.0f}")
+        per_rule.append(f"| {rule} | " + " | ".join(cells) + " |")
         print(per_rule[-1], flush=True)
     body = "\n".join(lines)
     md = f"# Ops and host reads per decode round (m = {args.m}, Cactus, one thread)\n\n```\n{body}\n```\n"
@@ -86,9 +76,10 @@ def main():
         "loop's own: every op but the models' forwards (the code transformers runs too), split by the part of "
         "the round that dispatched it (`perf.launch.part_of`).\n"
     )
-    md += "\nEvery rule (default parameters), tiny pair, fast engine:\n\n"
-    md += "| rule | ops per round | the loop's own | host reads |\n"
-    md += "|---|---|---|---|\n" + "\n".join(per_rule) + "\n"
+    md += f"\n{BEFORE}\n"
+    md += "\nEvery rule (default parameters), tiny pair: ops per round | the loop's own | host reads, per engine\n\n"
+    md += "| rule | " + " | ".join(f"{e} ops | {e}: loop's own | {e}: reads" for e in engines) + " |\n"
+    md += "|---|" + "---|---|---|" * len(engines) + "\n" + "\n".join(per_rule) + "\n"
     write_results(
         args.out, md, {"rows": rows}, "python scripts/bench_launch.py" + (" small=true" if args.small else "")
     )

@@ -173,6 +173,21 @@ def test_traced_ops_per_round_do_not_grow_with_depth():
     assert abs(traced[8] - traced[2]) < 10 and traced[8] < 200, traced  # the budget: a round's bookkeeping
 
 
+def test_the_eager_loops_own_ops_per_round_stay_within_their_budget():
+    """Issue 41: on a launch-bound pair the loop's own work decides the speed. Every op a round dispatches
+    outside the models' forwards (warp, sampling, rule, statistics, cache and masks, bookkeeping) for Cactus
+    on the tiny pair at batch size 1, m = 4: 319.0 at c2f15d8, 148.6 since; the budget is under half of it.
+    Counted, not timed: the same on any machine."""
+    from cactus_bench.perf.launch import FORWARD, decode_round_ops
+    from cactus_bench.perf.shapes import PAIRS
+
+    r = decode_round_ops(PAIRS["tiny"](), None, 4, 24)
+    parts = r["parts_per_round"]
+    assert parts[FORWARD] > 500 and "other" not in parts, parts  # every op is placed: forwards or a part
+    assert abs(sum(parts.values()) - r["ops_per_round"]) < 1e-9
+    assert r["loop_ops_per_round"] <= 152, parts
+
+
 # --- batched decoding keeps each item's law --------------------------------------------------------------------
 
 V, L, M = 5, 3, 2

@@ -35,7 +35,8 @@ def worst_pvalue(rule, oracle=None):
     j, must follow the oracle's law (draft rows) or q_{m+1} (bonus)."""
     oracle = oracle or rule
     p, q, p_raw, q_raw, drafts = scenario()
-    emitted, n_acc, *_ = run_kernel(rule, p, q, p_raw, q_raw, drafts)
+    v = run_kernel(rule, p, q, p_raw, q_raw, drafts)
+    emitted, n_acc = v.emitted, v.n_accepted
     assert emitted.shape == (TRIALS, M + 1) and n_acc.shape == (TRIALS,)
     worst, reached_counts = 1.0, []
     for j in range(M):
@@ -63,7 +64,8 @@ def test_kernel_matches_exact_law(name, params):
 @pytest.mark.parametrize("name,params", CONFIGS, ids=RULE_IDS)
 def test_kernel_output_layout(name, params):
     p, q, p_raw, q_raw, drafts = scenario()
-    emitted, n_acc, *_ = run_kernel(build_rule(name, **params), p, q, p_raw, q_raw, drafts)
+    v = run_kernel(build_rule(name, **params), p, q, p_raw, q_raw, drafts)
+    emitted, n_acc = v.emitted, v.n_accepted
     pos = torch.arange(M + 1)
     accepted = pos[:M] < n_acc[:, None]
     assert torch.equal(emitted[:, :M][accepted], drafts[accepted])  # accepted prefix = the drafts
@@ -114,14 +116,14 @@ def test_same_generator_seed_same_decisions_and_cactus_delta_zero_is_sps():
     a = run_kernel(build_rule("sps"), p, q, p_raw, q_raw, drafts, seed=5)
     b = run_kernel(build_rule("cactus", delta=0.0), p, q, p_raw, q_raw, drafts, seed=5)
     c = run_kernel(build_rule("sps"), p, q, p_raw, q_raw, drafts, seed=5)
-    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
-    assert torch.equal(a[0], c[0])
+    assert torch.equal(a.emitted, b.emitted) and torch.equal(a.n_accepted, b.n_accepted)
+    assert torch.equal(a.emitted, c.emitted)
 
 
 def test_cactus_accepts_more_than_sps_on_common_random_numbers():
     p, q, p_raw, q_raw, drafts = scenario()
-    n_sps = run_kernel(build_rule("sps"), p, q, p_raw, q_raw, drafts, seed=5)[1]
-    n_cac = run_kernel(build_rule("cactus", delta=1.0), p, q, p_raw, q_raw, drafts, seed=5)[1]
+    n_sps = run_kernel(build_rule("sps"), p, q, p_raw, q_raw, drafts, seed=5).n_accepted
+    n_cac = run_kernel(build_rule("cactus", delta=1.0), p, q, p_raw, q_raw, drafts, seed=5).n_accepted
     assert (n_cac >= n_sps).all()  # same u: a larger acceptance probability never accepts less
     assert n_cac.double().mean() > n_sps.double().mean()
 
@@ -136,9 +138,8 @@ def test_qwen3_vocabulary_at_m20(name, params):
     p = torch.softmax(torch.randn(1, m, Vq, generator=g), -1)
     q = torch.softmax(torch.randn(1, m + 1, Vq, generator=g), -1)
     d = torch.multinomial(p[0], 1, generator=g).T
-    emitted, n_acc, _, kl_pos, _ = build_rule(name, **params).verify(
-        p, q, d, g, draft_raw=p, target_raw=q, return_kl=True
-    )
+    v = build_rule(name, **params).verify(p, q, d, g, draft_raw=p, target_raw=q, return_kl=True)
+    emitted, n_acc, kl_pos = v.emitted, v.n_accepted, v.kl
     assert emitted.shape == (1, m + 1) and 0 <= int(n_acc) <= m
     assert int(emitted[0, n_acc]) in range(Vq)
     if kl_pos is not None:
@@ -156,7 +157,8 @@ def test_edge_distributions(name, params):
     p = torch.stack([torch.full((V,), 1 / V), tiny, torch.full((V,), 1 / V)])[None]
     q = torch.stack([onehot, torch.full((V,), 1 / V), onehot, onehot])[None]
     for d in ([2, 4, 0], [0, 4, 2], [2, 4, 2]):  # q_n = 1 / q_n = 0, tiny p_n
-        emitted, n_acc, *_ = rule.verify(p, q, torch.tensor([d]), torch.Generator().manual_seed(1))
+        v = rule.verify(p, q, torch.tensor([d]), torch.Generator().manual_seed(1))
+        emitted, n_acc = v.emitted, v.n_accepted
         k = int(n_acc)
         assert 0 <= k <= 3 and (emitted[0, : k + 1] >= 0).all() and (emitted[0, k + 1 :] == -1).all()
         # after a one-hot verifier row, a rule may emit only that token or (lossy rules) the draft
@@ -169,7 +171,8 @@ def test_zero_draft_length_is_a_verifier_sample():
     rule = build_rule("cactus")
     q = torch.zeros(4, 1, V)
     q[..., 5] = 1
-    emitted, n_acc, *_ = rule.verify(torch.zeros(4, 0, V), q, torch.zeros(4, 0, dtype=torch.int64))
+    v = rule.verify(torch.zeros(4, 0, V), q, torch.zeros(4, 0, dtype=torch.int64))
+    emitted, n_acc = v.emitted, v.n_accepted
     assert emitted.tolist() == [[5]] * 4 and n_acc.tolist() == [0] * 4
 
 

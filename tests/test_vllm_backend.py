@@ -129,8 +129,8 @@ def test_both_backends_count_a_round_by_one_definition():
     kl, out_kl = torch.rand(B, m, generator=g, dtype=torch.float64), torch.rand(B, m, generator=g)
     fits = torch.rand(B, m, generator=g) < 0.9
     left = torch.randint(1, 8, (B,), generator=g)
-    first_eos = torch.where(drafts == EOS, torch.arange(m), m).min(-1).values
-    n_drafts = counted_drafts(torch.tensor([draft_budget(m, int(x)) for x in left]), first_eos)
+    through_eos = torch.where(drafts == EOS, torch.arange(1, m + 1), m).min(-1).values
+    n_drafts = counted_drafts(torch.tensor([draft_budget(m, int(x)) for x in left]), through_eos)
     # the transformers engine: the rule tests only the drafts that count
     hf = round_columns(passes * (torch.arange(m) < n_drafts[:, None]), n_drafts, kl, out_kl, fits)
     for b in range(B):

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 from transformers.cache_utils import Cache, CacheLayerMixin
 
+from ..rules.base import positions as positions_of
 from . import graphs
 from .attention import grouped_attention, uses_grouped_attention
 
@@ -69,12 +70,12 @@ def buckets_between(lo: int, hi: int) -> list[int]:
 def to_device(values: list, dtype: torch.dtype, device: torch.device) -> Tensor:
     """A host list on the device without waiting for it (pinned memory on CUDA: the copy is queued)."""
     host = torch.tensor(values, dtype=dtype, pin_memory=device.type == "cuda")
-    return host.to(device, non_blocking=True)
+    return on(host, device, non_blocking=True)
 
 
-def on(t: Tensor, device: torch.device) -> Tensor:
+def on(t: Tensor, device: torch.device, non_blocking: bool = False) -> Tensor:
     """`t` on `device`, with no op dispatched when it is there already (`.to` is one even then)."""
-    return t if t.device == device else t.to(device)
+    return t if t.device == device else t.to(device, non_blocking=non_blocking)
 
 
 def cache_kwarg(model) -> str:
@@ -145,6 +146,10 @@ class RowCache(Cache):
         torch._dynamo.mark_static_address(self.pos)
         self.key_positions = torch.arange(capacity, device=device).view(1, 1, 1, capacity)
         torch._dynamo.mark_static_address(self.key_positions)
+        # what an eager one-token step reads, as views made once (each would be an op every step): the rows'
+        # positions as a query [B, 1] and as a mask operand [B, 1, 1, 1], and the keys per key length
+        self._query = (self.pos.view(rows, 1), self.pos.view(rows, 1, 1, 1))
+        self._keys: dict[int, Tensor] = {}
         self.kv_len = kv_bucket(1, capacity)
         self.prefill_rows: Tensor | None = None  # set only while some rows are prefilled
         super().__init__(layers=[RowLayer(self) for _ in range(config.num_hidden_layers)])
@@ -153,12 +158,30 @@ class RowCache(Cache):
         self.layer_types = set(types) if types else {"sliding_attention" if window else "full_attention"}
         self.window: int = window or 0  # read by sliding layers only, which have one
 
-    def masks(self, positions: Tensor, dtype: torch.dtype, impl: str) -> Tensor | dict[str, Tensor]:
-        """The attention mask [B, 1, n, kv] of queries at `positions` [B, n] over the first `kv_len` keys:
-        causal, and within the window for sliding layers; in the format `impl` wants (sdpa: bool, eager:
-        additive). The keys' positions are a view of one tensor made with the cache, not made anew."""
-        keys = self.key_positions[..., : self.kv_len]  # [1, 1, 1, kv]
-        at = positions.view(positions.shape[0], 1, positions.shape[1], 1)
+    def query(self, n: int) -> tuple[Tensor, Tensor]:
+        """The positions of a forward's n queries: [B, n], and as [B, 1, n, 1] for `masks`."""
+        if torch.compiler.is_compiling():  # a compiled graph makes them for free
+            positions = self.pos.unsqueeze(1)
+            positions = positions if n == 1 else positions + torch.arange(n, device=self.pos.device)
+        elif n == 1:
+            return self._query
+        else:
+            positions = self._query[0] + positions_of(n, self.pos.device)
+        return positions, positions.view(self.rows, 1, n, 1)
+
+    def keys(self) -> Tensor:
+        """The first `kv_len` keys' positions [1, 1, 1, kv]: a view of one tensor made with the cache."""
+        if torch.compiler.is_compiling():
+            return self.key_positions[..., : self.kv_len]
+        if self.kv_len not in self._keys:
+            self._keys[self.kv_len] = self.key_positions[..., : self.kv_len]
+        return self._keys[self.kv_len]
+
+    def masks(self, at: Tensor, dtype: torch.dtype, impl: str) -> Tensor | dict[str, Tensor]:
+        """The attention mask [B, 1, n, kv] of queries at `at` [B, 1, n, 1] (`query`) over the first `kv_len`
+        keys: causal, and within the window for sliding layers; in the format `impl` wants (sdpa: bool,
+        eager: additive)."""
+        keys = self.keys()
         causal = keys <= at
         out = {}
         for kind in self.layer_types:
@@ -224,11 +247,10 @@ def _step(
     positions (over the first `vocab` ids) and, given uniforms `u` [B, 1], a token [B, 1] sampled from the last:
     what a decode loop compiles, so warping and sampling run inside the compiled graph too. The raw logits
     come out only when asked (`want_logits`): under CUDA graphs every output is copied out after the call."""
-    from ..rules import sample_weights
+    from ..rules.base import sample_column
 
-    n = ids.shape[1]  # one token (a draft step): its row's position itself, without an arange and an add
-    positions = cache.pos.unsqueeze(1) if n == 1 else cache.pos.unsqueeze(1) + torch.arange(n, device=ids.device)
-    mask = cache.masks(positions, model.dtype, impl)
+    positions, at = cache.query(ids.shape[1])
+    mask = cache.masks(at, model.dtype, impl)
     out = model.forward(
         input_ids=ids,
         position_ids=positions,
@@ -240,7 +262,7 @@ def _step(
     logits = out.logits if out.logits.shape[-1] == vocab else out.logits[..., :vocab]  # a slice is an op
     probs = warp(logits)
     # the last position's token, [B, 1] (`u` [B, 1]): what the next step is fed, as it is
-    token = sample_weights(probs if keep == 1 else probs[:, -1:], u=u) if u is not None else None
+    token = sample_column(probs[:, -1], u) if u is not None else None
     return (logits if want_logits else None), probs, token
 
 
@@ -287,9 +309,18 @@ class ModelRunner:
         self.cache.pos.copy_(starts, non_blocking=True)
 
     def forward(
-        self, ids: Tensor, reach: int, keep: int, vocab: int, warp, u: Tensor | None = None, logits: bool = False
+        self,
+        ids: Tensor,
+        reach: int,
+        keep: int,
+        vocab: int,
+        warp,
+        u: Tensor | None = None,
+        logits: bool = False,
+        advance: bool = True,
     ) -> tuple[Tensor | None, Tensor, Tensor | None]:
-        """Run `ids` [B, n] at the rows' positions and advance them by n: the last `keep` positions' logits
+        """Run `ids` [B, n] at the rows' positions and advance them by n (unless the caller sets them before
+        the next forward anyway: `advance=False` saves an op): the last `keep` positions' logits
         (only if `logits`) and warped probabilities, and with uniforms `u` [B, 1] a token [B, 1] sampled from the last
         (`_step`). `reach` is the longest row's end after this forward (a host-side number: it picks the key
         bucket without reading the device). What it returns is the caller's to keep: never graph memory."""
@@ -308,7 +339,8 @@ class ModelRunner:
             graphs.OVERWRITE["pending"] = [t for t in out if t is not None]
         if self.graph_outputs or emulated:
             out = graphs.copy_out(out)
-        self.cache.pos.add_(ids.shape[1])
+        if advance:
+            self.cache.pos.add_(ids.shape[1])
         if timer is not None:
             timer._wait(self.device)
             timer.seconds += time.perf_counter() - start
@@ -351,13 +383,13 @@ class ModelRunner:
         if not todo:
             return
         width = max(len(p) for _, p in todo)
-        ids = torch.tensor([p + [0] * (width - len(p)) for _, p in todo], device=self.device)
-        positions = torch.arange(width, device=self.device).expand(len(todo), width)
         cache, kv_len = self.cache, self.cache.kv_len
-        cache.prefill_rows, cache.kv_len = torch.tensor([r for r, _ in todo], device=self.device), width
         try:
             with torch.profiler.record_function(PREFILL), grouped_attention(self.model, self.grouped):
-                mask = cache.masks(positions, self.model.dtype, self.impl)
+                ids = torch.tensor([p + [0] * (width - len(p)) for _, p in todo], device=self.device)
+                positions = torch.arange(width, device=self.device).expand(len(todo), width)
+                cache.prefill_rows, cache.kv_len = torch.tensor([r for r, _ in todo], device=self.device), width
+                mask = cache.masks(positions.view(len(todo), 1, width, 1), self.model.dtype, self.impl)
                 kw = {self.cache_kw: cache, "use_cache": True, "logits_to_keep": 1}
                 self.model.forward(input_ids=ids, position_ids=positions, attention_mask=mask, **kw)
         finally:

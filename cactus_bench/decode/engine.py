@@ -35,11 +35,12 @@ import torch
 from torch import Tensor
 
 from ..rules import Rule, build_rule
+from ..rules.base import positions
 from . import graphs, memory
 from .cache import ModelRunner, buckets_between, capacity_for, device_of, on, to_device
 from .jobs import EngineOptions, Job, Row
 from .output_kl import output_kl, support_for
-from .stats import GenerationOutput, counted_drafts, draft_budget, round_columns
+from .stats import GenerationOutput, counted, counted_drafts, draft_budget, round_columns
 from .warp import Warper
 
 AR_BLOCK = 32  # the verifier-alone loop draws its uniforms in blocks of this many tokens per row
@@ -215,7 +216,8 @@ class Engine:
         assert rule is not None and dm is not None  # a speculative engine has both
         live = [r for r in slots if r is not None]
         clock = _Clock(self.device, self.options.sync_timing)
-        u = self._uniforms(slots, 2 * m + 1)  # [B, 2m+1]: drafts, accept tests, the sampled token
+        # each row's uniforms: one per draft ([B, 1] each), then the accept tests and the sampled token [B, m+1]
+        *u_drafts, u_verify = self._uniforms(slots, 2 * m + 1).split([1] * m + [m + 1], 1)
         # draft: the first step feeds what the drafter lacks (one token, or two if any row lacks two)
         lengths = [len(r.committed) if r is not None else 2 for r in slots]
         lag = max(r.lag for r in live)
@@ -233,11 +235,13 @@ class Engine:
             torch.long,
             self.device,
         )
-        dm.set_positions(given[:, 0])
-        x = given[:, 3 : 3 + lag].clone(memory_format=torch.contiguous_format)  # a draft's strides: graphs guard them
+        draft_at, verify_at, budget, *first, last = given.unbind(1)
+        dm.set_positions(draft_at)
+        x = torch.stack(first, 1)  # [B, lag], contiguous: a draft's strides (compiled graphs guard them)
         probs, raws, drafts = [], [], []  # each step's p [B, 1, V] and draft [B, 1]
         for j in range(steps):
-            logits, p, d = dm.forward(x, reach + j, 1, vocab, warp, u[:, j : j + 1], logits=need_raw)
+            # the last step leaves the positions: the next round sets them
+            logits, p, d = dm.forward(x, reach + j, 1, vocab, warp, u_drafts[j], need_raw, advance=j < steps - 1)
             assert d is not None  # sampled: uniforms were given
             probs.append(p)
             drafts.append(d)
@@ -246,12 +250,12 @@ class Engine:
             x = d
         undrafted = [torch.zeros((len(slots), m - steps), dtype=torch.long, device=self.device)] if steps < m else []
         d = torch.cat(drafts + undrafted, 1)
-        n_drafts = counted_drafts(given[:, 2], self._first_eos(d))
+        n_drafts = counted_drafts(budget, self._through_eos(d))
         t_draft = clock.lap()
         # verify: each row's last committed token and its m drafts
-        self.vm.set_positions(given[:, 1])
-        ids = torch.cat([given[:, 3 + lag :], on(d, self.vm.device)], 1)
-        v_logits, q, _ = self.vm.forward(ids, reach + m, m + 1, vocab, warp, logits=need_raw)
+        self.vm.set_positions(verify_at)
+        ids = torch.cat([last.unsqueeze(1), on(d, self.vm.device)], 1)
+        v_logits, q, _ = self.vm.forward(ids, reach + m, m + 1, vocab, warp, logits=need_raw, advance=False)
         q = on(q, self.device)  # a verifier spread by device_map: its last GPU
         t_verify = clock.lap()
         # an undrafted slot gets p = q there: past every row's n_drafts, so never decided, and finite in
@@ -262,19 +266,18 @@ class Engine:
             target_raw = torch.softmax(v_logits.to(self.device).float(), -1)
             raws += list(target_raw[:, steps:m].unbind(1)) if steps < m else []
             raw = {"draft_raw": torch.stack(raws, 1), "target_raw": target_raw}
-        v = rule.verify(p, q, d, uniforms=u[:, m:], n_drafts=n_drafts, check=False, return_kl=True, **raw)
+        v = rule.verify(p, q, d, uniforms=u_verify, n_drafts=n_drafts, check=False, return_kl=True, **raw)
         out_kl, fits = output_kl(rule, p, q[:, :m], self.support, raw)
-        assert v.passed is not None  # Rule.verify gives each draft's test
         stats = round_columns(v.passed, n_drafts, v.kl, out_kl, fits)  # what every backend counts, one way
-        host = torch.cat([v.emitted.double(), stats], 1).tolist()  # the round's one host sync
+        host = torch.cat([d, v.sampled, stats], 1).tolist()  # the round's one host sync (float64)
         t_rule = clock.lap()
         finished = []
         for b, row in enumerate(slots):
             if row is None:
                 continue
-            emitted, (n, n_any, k, kl_n, out_n, out_skipped, kl, out_sum) = host[b][: m + 1], host[b][m + 1 :]
-            n, n_any, k = int(n), int(n_any), int(k)
-            tokens, reason = _commit([int(t) for t in emitted[: n + 1]], self.eos, row.left)
+            drafted, sampled, c = host[b][:m], host[b][m], counted(host[b][m + 1 :])
+            n = int(c["accepted"])
+            tokens, reason = _commit([int(t) for t in drafted[:n]] + [int(sampled)], self.eos, row.left)
             row.committed += tokens
             row.generated += tokens
             row.lag = 2 if n == steps else 1  # it never fed its last draft; after a rejection it has d_1..d_n
@@ -282,19 +285,19 @@ class Engine:
                 reason = "stop"
             row.has_kl = row.has_kl or v.kl is not None
             row.rounds.add(
-                drafted=k,
+                drafted=int(c["drafted"]),
                 accepted=min(n, len(tokens)),
-                accepted_any=n_any,
+                accepted_any=int(c["accepted_any"]),
                 emitted=len(tokens),
                 t_draft=t_draft,
                 t_verify=t_verify,
                 t_rule=t_rule,
                 t_other=0.0,
-                kl_sum=kl,
-                kl_count=int(kl_n),
-                out_kl_sum=out_sum,
-                out_kl_count=int(out_n),
-                out_kl_skipped=int(out_skipped),
+                kl_sum=c["kl_sum"],
+                kl_count=int(c["kl_count"]),
+                out_kl_sum=c["out_kl_sum"],
+                out_kl_count=int(c["out_kl_count"]),
+                out_kl_skipped=int(c["out_kl_skipped"]),
             )
             if reason is not None:
                 finished.append((b, reason))
@@ -303,14 +306,14 @@ class Engine:
             row.rounds.t_other[-1] = other
         return finished
 
-    def _first_eos(self, d: Tensor) -> Tensor:
-        """Each row's first EOS draft index (m when there is none)."""
+    def _through_eos(self, d: Tensor) -> Tensor:
+        """Each row's drafts up to and including its first EOS draft (m when there is none)."""
         m = d.shape[1]
         if not len(self.eos_ids):
             return torch.full((d.shape[0],), m, dtype=torch.long, device=d.device)
         hit = torch.isin(d, self.eos_ids)
-        first = torch.where(hit, torch.arange(m, device=d.device), m)
-        return first.min(-1).values
+        through = torch.where(hit, positions(m, d.device, start=1), m)
+        return through.min(-1).values
 
     # --- one verifier-alone step -------------------------------------------------------------------------
     def _ar_step(self, slots: list[Row | None]) -> list[tuple[int, str]]:
@@ -319,7 +322,7 @@ class Engine:
         self.vm.set_positions([n - 1 for n in lengths])
         x = to_device([[r.committed[-1] if r is not None else 0] for r in slots], torch.long, self.vm.device)
         u = on(torch.stack([self._next_ar_uniform(r) for r in slots]), self.vm.device)  # [B, 1]
-        _, _, token = self.vm.forward(x, max(lengths), 1, self.vocab, self.warp, u)
+        _, _, token = self.vm.forward(x, max(lengths), 1, self.vocab, self.warp, u, advance=False)
         assert token is not None  # sampled: uniforms were given
         t_verify = clock.lap()
         tokens = [t for (t,) in token.tolist()]  # the one sync per token
@@ -365,11 +368,14 @@ class Engine:
     def _uniforms(self, slots: list[Row | None], n: int) -> Tensor:
         """Each row's next n uniforms from its own generator ([B, n]; zeros for empty slots), drawn on the host
         (generators are CPU generators: an item's stream is the same on any device) and queued to the device."""
-        empty: list[Tensor] = [torch.zeros(n, dtype=torch.float64)] if None in slots else []  # only if one is
         f64 = torch.float64
-        host = torch.stack(
-            [torch.rand(n, generator=r.job.generator, dtype=f64) if r is not None else empty[0] for r in slots]
-        )
+        if len(slots) == 1 and slots[0] is not None:  # one row: drawn as [1, n] (the same stream), no stack
+            host = torch.rand((1, n), generator=slots[0].job.generator, dtype=f64)
+        else:
+            empty: list[Tensor] = [torch.zeros(n, dtype=f64)] if None in slots else []  # only if one is
+            host = torch.stack(
+                [torch.rand(n, generator=r.job.generator, dtype=f64) if r is not None else empty[0] for r in slots]
+            )
         return host.pin_memory().to(self.device, non_blocking=True) if self.device.type == "cuda" else host
 
 

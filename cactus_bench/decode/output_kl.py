@@ -15,6 +15,21 @@ def support_for(top_k: int, greedy: bool) -> int | None:
     return 2 if greedy else (2 * top_k + 16 if top_k else None)
 
 
+def unmeasured(shape: torch.Size, device: torch.device) -> tuple[Tensor, Tensor]:
+    """No output KL and no support that fit, at every position: made once per shape (an eager round would
+    dispatch two ops every round to make them anew); read only."""
+    key = (shape, device)
+    if key not in _UNMEASURED:
+        _UNMEASURED[key] = (
+            torch.zeros(shape, dtype=torch.float64, device=device),
+            torch.zeros(shape, dtype=torch.bool, device=device),
+        )
+    return _UNMEASURED[key]
+
+
+_UNMEASURED: dict[tuple[torch.Size, torch.device], tuple[Tensor, Tensor]] = {}
+
+
 def output_kl(rule: Rule, p: Tensor, q: Tensor, support: int | None, raw: dict | None = None) -> tuple[Tensor, Tensor]:
     """KL(P_out ‖ q) at each position [..., ] of p, q [..., V], where P_out is the rule's exact output law of
     the position (the drafted token marginalised out: methods.md §2), computed on the union of the warped
@@ -24,9 +39,7 @@ def output_kl(rule: Rule, p: Tensor, q: Tensor, support: int | None, raw: dict |
     [..., V], target_raw [..., m+1, V]) for rules that read them."""
     V = p.shape[-1]
     if support is None:
-        return torch.zeros(p.shape[:-1], dtype=torch.float64, device=p.device), torch.zeros(
-            p.shape[:-1], dtype=torch.bool, device=p.device
-        )
+        return unmeasured(p.shape[:-1], p.device)
     mass = p + q
     idx = torch.topk(mass, min(support, V), dim=-1).indices
     fits = (mass > 0).sum(-1) <= idx.shape[-1]

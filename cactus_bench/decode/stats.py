@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from .. import metrics
+from ..rules.base import positions
 
 
 @dataclass
@@ -40,7 +41,7 @@ class Rounds:
 
 COLUMNS = frozenset(f.name for f in fields(Rounds))  # checked once per round: a set compare, no reflection
 # what `round_columns` returns, in order
-COUNTED = ("accepted", "accepted_any", "drafted", "kl_count", "out_kl_count", "out_kl_skipped", "kl_sum", "out_kl_sum")
+COUNTED = ("accepted", "drafted", "accepted_any", "kl_count", "out_kl_count", "out_kl_skipped", "kl_sum", "out_kl_sum")
 
 
 def draft_budget(drafted: int, left: int) -> int:
@@ -49,10 +50,10 @@ def draft_budget(drafted: int, left: int) -> int:
     return max(min(drafted, left - 1), 0)
 
 
-def counted_drafts(budget: Tensor, first_eos: Tensor) -> Tensor:
+def counted_drafts(budget: Tensor, through_eos: Tensor) -> Tensor:
     """The drafts of a round that count [B]: within its `draft_budget`, up to the first drafted EOS
-    (`first_eos`: its index, m where there is none)."""
-    return torch.minimum(budget, first_eos + 1)
+    (`through_eos`: the drafts up to and including it, m where there is none)."""
+    return torch.minimum(budget, through_eos)
 
 
 def round_columns(passed: Tensor, n_drafts: Tensor, kl: Tensor | None, out_kl: Tensor, fits: Tensor) -> Tensor:
@@ -60,21 +61,25 @@ def round_columns(passed: Tensor, n_drafts: Tensor, kl: Tensor | None, out_kl: T
     decided: each draft's accept test (`passed` [B, m], 1 passed), the drafts that count (`n_drafts` [B],
     `counted_drafts`), the target KL per position (`kl` [B, m]; None for a target-free rule) and the output
     KL with whether its support fit (`out_kl`, `fits` [B, m]). Positions past n_drafts never count; the KLs
-    are summed over the positions decided: up to the first rejection, within the counted drafts."""
-    m = passed.shape[1]
-    pos = torch.arange(m, device=passed.device)
-    counted = pos < n_drafts.unsqueeze(-1)
-    tests = passed * counted
+    are summed over the positions decided: up to the first rejection, within the counted drafts. (Few ops:
+    an eager decode loop dispatches each one every round.)"""
+    at = positions(passed.shape[1], passed.device)
+    counted = at < n_drafts.unsqueeze(-1)
+    tests = passed & counted
     accepted = tests.cumprod(-1).sum(-1)
-    decided = (pos <= accepted.unsqueeze(-1)) & counted
+    decided = (at <= accepted.unsqueeze(-1)) & counted  # through the first rejection, counted
     fit = decided & fits
-    counts = [accepted, tests.sum(-1), n_drafts, decided.sum(-1), fit.sum(-1), (decided & ~fits).sum(-1)]
     # the KLs summed over the decided positions (a where, not a product: a KL need not be finite where it
-    # is not counted), the output KL where its support fit
-    zero = torch.zeros((), dtype=torch.float64, device=passed.device)
-    target = torch.where(decided, kl, zero) if kl is not None else zero.expand(decided.shape)
-    sums = torch.stack([target, torch.where(fit, out_kl, zero)], -1).sum(1)
-    return torch.cat([torch.stack(counts, -1).double(), sums], -1)
+    # is not counted), the output KL where its support fit; decided ^ fit: decided, support too large
+    target = torch.where(decided, kl, 0.0) if kl is not None else torch.zeros_like(out_kl)
+    columns = [tests, decided, fit, decided ^ fit, target, torch.where(fit, out_kl, 0.0)]
+    per_row = torch.stack(columns, -1).sum(1, dtype=torch.float64)
+    return torch.cat([torch.stack([accepted, n_drafts], -1), per_row], -1)
+
+
+def counted(row: list[float]) -> dict[str, float]:
+    """One row of `round_columns`, read back to the host, by name."""
+    return dict(zip(COUNTED, row))
 
 
 @dataclass

@@ -74,7 +74,7 @@ def top_level_ops(prof) -> tuple[Counter, int]:
 # measurement's calls into the rule are the output KL's, the rule's decision the rule's.
 PARTS = (
     ("decode/warp.py", "warp"),
-    ("rules/base.py:sample_weights", "sampling"),
+    ("rules/base.py:sample_", "sampling"),
     ("rules/", "rule"),
     ("decode/output_kl.py", "output KL"),
     ("decode/stats.py", "statistics"),
@@ -137,3 +137,24 @@ def per_round(decode: Callable[[], int], split: bool = False) -> dict:
         out["parts_per_round"] = {k: v / rounds for k, v in parts.most_common()}
         out["loop_ops_per_round"] = sum(v for k, v in parts.items() if k != FORWARD) / rounds
     return out
+
+
+def decode_round_ops(pair, compile: str | None, m: int, new_tokens: int, rule: str = "cactus") -> dict:
+    """`per_round` (split) of one item decoded by the engine at batch size 1: the drafter/verifier `pair`,
+    a 32-token prompt, `new_tokens` tokens, after a warm-up decode (which compiles, with `compile`)."""
+    from ..decode import Engine, EngineOptions, Job
+    from ..rules import build_rule
+
+    drafter, verifier = pair
+    engine = Engine(verifier, drafter, build_rule(rule), m, eos={1}, options=EngineOptions(1, compile))
+    prompt = list(range(10, 42))
+    list(engine.run([Job(prompt, new_tokens, torch.Generator().manual_seed(0))]))
+
+    def decode() -> int:
+        rounds = []
+        engine.on_round = lambda e, slots: rounds.append(1)
+        list(engine.run([Job(prompt, new_tokens, torch.Generator().manual_seed(1))]))
+        engine.on_round = None
+        return len(rounds)
+
+    return per_round(decode, split=True)

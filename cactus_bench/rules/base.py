@@ -29,18 +29,23 @@ def gather_last(x: Tensor, idx: Tensor) -> Tensor:
 
 
 def sample_weights(w: Tensor, generator: torch.Generator | None = None, u: Tensor | None = None) -> Tensor:
-    """One token per row from unnormalised non-negative weights, without a host sync.
+    """One token per row from unnormalised non-negative weights w [..., V], without a host sync: [...].
 
     Inverse CDF on a float64 cumulative sum: one uniform per row (an exponential race needs V of them,
     ~8x slower at V = 151,936 on CPU), drawn from `generator` or given as `u` [...] in [0, 1).
-    `right=True` never lands on a zero-weight token.
     """
+    return sample_column(w, None if u is None else u.unsqueeze(-1), generator).squeeze(-1)
+
+
+def sample_column(w: Tensor, u: Tensor | None = None, generator: torch.Generator | None = None) -> Tensor:
+    """`sample_weights` with the uniforms and the tokens as columns, u [..., 1] -> [..., 1] (what a decode
+    step feeds back): no reshape is dispatched. `right=True` never lands on a zero-weight token."""
     c = torch.cumsum(w, dim=-1, dtype=torch.float64)
     if u is None:
         u = torch.rand((*w.shape[:-1], 1), generator=generator, device=w.device, dtype=torch.float64)
-    else:
-        u = (u if u.dtype == torch.float64 else u.to(torch.float64)).unsqueeze(-1)
-    return torch.searchsorted(c, u * c[..., -1:], right=True).clamp(max=w.shape[-1] - 1).squeeze(-1)
+    elif u.dtype != torch.float64:
+        u = u.to(torch.float64)
+    return torch.searchsorted(c, u * c[..., -1:], right=True).clamp(max=w.shape[-1] - 1)
 
 
 def bisect_steps(dtype: torch.dtype) -> int:
@@ -60,14 +65,37 @@ def general_accept(h_n: Tensor, p_n: Tensor) -> Tensor:
     return torch.where(p_n > 0, torch.clamp(h_n / p_n, max=1.0), 0.0)
 
 
+def positions(n: int, device: torch.device, start: int = 0) -> Tensor:
+    """``arange(start, start + n)`` on `device`, made once per size and device and read only: an eager decode
+    round asks for the same few every round, and each would be one more dispatched op (on a GPU, a launch)."""
+    key = (n, device, start)
+    if key not in _POSITIONS:
+        _POSITIONS[key] = torch.arange(start, start + n, device=device)
+    return _POSITIONS[key]
+
+
+_POSITIONS: dict[tuple[int, torch.device, int], Tensor] = {}
+
+
 class Verification(NamedTuple):
     """What one ``Rule.verify`` call decided, per batch row."""
 
-    emitted: Tensor  # [B, m+1] token ids, -1 after the last emitted token
+    drafts: Tensor  # [B, m] the drafted tokens
     n_accepted: Tensor  # [B] drafts accepted before the first rejection
     n_accepted_any: Tensor  # [B] drafts whose accept test passed, at any position (vLLM-style counting)
     kl: Tensor | None  # [B, m] target KL(h||q) per position (with return_kl, for rules with a target)
-    passed: Tensor | None = None  # [B, m] each draft's accept test (True: passed), False past the row's n_drafts
+    passed: Tensor  # [B, m] each draft's accept test (True: passed), False past the row's n_drafts
+    sampled: Tensor  # [B, 1] the one token sampled: the recovery at the first rejection, or the bonus
+
+    @property
+    def emitted(self) -> Tensor:
+        """[B, m+1] token ids: the accepted drafts, then the sampled token, -1 after it (built on demand: the
+        decode loop reads `drafts`, `n_accepted` and `sampled` and builds each row's tokens on the host)."""
+        B, m = self.drafts.shape
+        pos = torch.arange(m + 1, device=self.drafts.device)
+        out = torch.full((B, m + 1), -1, dtype=torch.int64, device=self.drafts.device)
+        out[:, :m] = torch.where(pos[:m] < self.n_accepted.unsqueeze(-1), self.drafts, -1)
+        return out.scatter_(1, self.n_accepted.unsqueeze(-1), self.sampled)
 
 
 class Rule(ABC):
@@ -153,9 +181,10 @@ class Rule(ABC):
         them are never accepted, and a row that accepts all of its drafts takes its bonus from
         target_probs at position n_drafts. Random numbers come from `generator` (m accept tests, then one
         sample) or are given as `uniforms` [B, m+1] in that order, so a caller can fix each row's stream.
-        Returns a ``Verification``: emitted [B, m+1] (-1 after the last emitted token), n_accepted [B] (the
-        prefix), n_accepted_any [B] (every counted position whose test passed), and with ``return_kl`` the
-        target KL(h||q) per position [B, m] (else, and for target-free rules, None).
+        Returns a ``Verification``: n_accepted [B] (the prefix), n_accepted_any [B] (every counted position
+        whose test passed), each draft's test, the sampled token [B] (its `emitted` [B, m+1] puts them
+        together), and with ``return_kl`` the target KL(h||q) per position [B, m] (else, and for target-free
+        rules, None).
         No host synchronisation unless ``check`` asks for value checks (default: only on CPU, where
         checking costs no sync).
         """
@@ -171,37 +200,33 @@ class Rule(ABC):
             extra.update(self.prepare(draft_probs, q, draft_tokens, **extra))
         device = draft_probs.device
 
-        u_last = None if uniforms is None else uniforms[:, m]
+        u_tests, u_last = (None, None) if uniforms is None else uniforms.split([m, 1], 1)  # [B, m], [B, 1]
         if m == 0:  # nothing drafted (e.g. one token of budget left): a plain verifier sample
             n_acc = n_any = torch.zeros(B, dtype=torch.int64, device=device)
             passed = torch.zeros((B, 0), dtype=torch.bool, device=device)
-            last = sample_weights(target_probs[:, 0], generator, u_last)
+            last = sample_column(target_probs[:, 0], u_last, generator)
         else:
             a = self.accept_prob(draft_probs, q, draft_tokens, **extra)  # [B, m]
-            if uniforms is None:
+            if u_tests is None:
                 u = torch.rand((B, m), generator=generator, device=device, dtype=a.dtype)
             else:
-                u = uniforms[:, :m].to(a.dtype)
+                u = u_tests.to(a.dtype)
             passed = u < a
             if n_drafts is not None:
-                passed = passed & (torch.arange(m, device=device) < n_drafts.unsqueeze(-1))
+                passed = passed & (positions(m, device) < n_drafts.unsqueeze(-1))
             n_acc = torch.cumprod(passed, dim=-1).sum(-1)  # accepted before the first rejection
             n_any = passed.sum(-1)
             # The one sampled token sits at position n_acc: recovery there, or the bonus when every draft
             # was accepted (q at the position after the row's last draft).
-            rows = torch.arange(B, device=device)
+            rows = positions(B, device)
             j = n_acc.clamp(max=m - 1)
             row = {k: v[rows, j] for k, v in extra.items()}
             rec = self.recovery_weights(draft_probs[rows, j], q[rows, j], draft_tokens[rows, j], **row)
             full = n_acc == (m if n_drafts is None else n_drafts)
-            last = sample_weights(torch.where(full.unsqueeze(-1), target_probs[rows, n_acc], rec), generator, u_last)
+            last = sample_column(torch.where(full.unsqueeze(-1), target_probs[rows, n_acc], rec), u_last, generator)
 
-        pos = torch.arange(m + 1, device=device)
-        emitted = torch.full((B, m + 1), -1, dtype=torch.int64, device=device)
-        emitted[:, :m] = torch.where(pos[:m] < n_acc.unsqueeze(-1), draft_tokens, -1)
-        emitted.scatter_(1, n_acc.unsqueeze(-1), last.unsqueeze(-1))
         kl_pos = self.target_kl(draft_probs, q, draft_tokens, **extra) if (return_kl and m > 0) else None
-        return Verification(emitted, n_acc, n_any, kl_pos, passed)
+        return Verification(draft_tokens, n_acc, n_any, kl_pos, passed, last)
 
     def _raw_kwargs(self, draft_raw: Tensor | None, target_raw: Tensor | None, m: int) -> dict:
         if not self.needs_raw or draft_raw is None or target_raw is None:

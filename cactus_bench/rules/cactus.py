@@ -16,9 +16,8 @@ from .sps import TargetRule
 
 def binary_kl(g: Tensor, qn: Tensor) -> Tensor:
     """KL(Bern(g) || Bern(qn)) with 0·log 0 = 0; equals KL(h‖q) for Cactus's h."""
-    zero = torch.zeros_like(g)
-    a = torch.where(g > 0, g * (torch.log(g) - torch.log(qn)), zero)
-    b = torch.where(g < 1, (1 - g) * (torch.log1p(-g) - torch.log1p(-qn)), zero)
+    a = torch.where(g > 0, g * (torch.log(g) - torch.log(qn)), 0.0)
+    b = torch.where(g < 1, (1 - g) * (torch.log1p(-g) - torch.log1p(-qn)), 0.0)
     return a + b
 
 

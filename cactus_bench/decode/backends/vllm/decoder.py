@@ -18,7 +18,7 @@ import torch
 
 from ....precision import dtype_name
 from ...api import DecodeSpec, Generation, ModelLoadError, ModelSpec, Request, stable_seed
-from ...stats import GenerationOutput, Rounds, counted_drafts, draft_budget, round_columns
+from ...stats import GenerationOutput, Rounds, counted, counted_drafts, draft_budget, round_columns
 from ..hf import cut_at_stop, reply_text
 from . import plugin
 
@@ -228,32 +228,33 @@ def build_rounds(recorded: list[list], n_tokens: int, max_tokens: int, eos: set[
         for _ in range(before - done):
             rounds.add(**zero)
         m = len(drafts)
-        first_eos = next((j for j, t in enumerate(drafts) if t in eos), m)
+        through_eos = next((j + 1 for j, t in enumerate(drafts) if t in eos), m)
         budget = torch.tensor([draft_budget(m, max_tokens - before)])
-        n_drafts = counted_drafts(budget, torch.tensor([first_eos]))
-        row = round_columns(
-            torch.tensor([passes]),
-            n_drafts,
-            None if kl is None else torch.tensor([kl]),
-            torch.tensor([out_kl]),
-            torch.tensor([fits], dtype=torch.bool),
-        )[0].tolist()
-        accepted, accepted_any, drafted, kl_count, out_n, skipped, kl_sum, out_sum = row
-        emitted = min(int(accepted) + 1, n_tokens - before)  # the generation may stop inside this round
+        n_drafts = counted_drafts(budget, torch.tensor([through_eos]))
+        c = counted(
+            round_columns(
+                torch.tensor([passes]),
+                n_drafts,
+                None if kl is None else torch.tensor([kl]),
+                torch.tensor([out_kl]),
+                torch.tensor([fits], dtype=torch.bool),
+            )[0].tolist()
+        )
+        emitted = min(int(c["accepted"]) + 1, n_tokens - before)  # the generation may stop inside this round
         rounds.add(
-            drafted=int(drafted),
-            accepted=min(int(accepted), emitted),
-            accepted_any=int(accepted_any),
+            drafted=int(c["drafted"]),
+            accepted=min(int(c["accepted"]), emitted),
+            accepted_any=int(c["accepted_any"]),
             emitted=emitted,
             t_draft=0.0,
             t_verify=0.0,
             t_rule=t_rule,
             t_other=0.0,
-            kl_sum=kl_sum,
-            kl_count=int(kl_count) if kl is not None else 0,
-            out_kl_sum=out_sum,
-            out_kl_count=int(out_n),
-            out_kl_skipped=int(skipped),
+            kl_sum=c["kl_sum"],
+            kl_count=int(c["kl_count"]) if kl is not None else 0,
+            out_kl_sum=c["out_kl_sum"],
+            out_kl_count=int(c["out_kl_count"]),
+            out_kl_skipped=int(c["out_kl_skipped"]),
         )
         done = before + emitted
     for _ in range(n_tokens - done):
