@@ -42,7 +42,7 @@ install: $(PY)  ## Create .venv and install (CPU torch first, pinned, so pip nev
 
 # Tests run on every core, one torch thread each (torch's default threads collapse when processes share cores).
 WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
-test:  ## Run the default test suite (offline, about 8 minutes on 2 cores)
+test:  ## Run the default test suite (offline, about 5 minutes on 2 cores)
 	$(OFFLINE_ENV) OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(WORKERS) -m "not slow and not real and not cluster and not vllm"
 
 # Tests that share a module's store are one xdist group (one worker); the rest are spread test by test.
@@ -102,7 +102,7 @@ $(VLLM_VENV)/.installed: Makefile constraints.txt pyproject.toml
 	$(VLLM_VENV)/bin/pip install -q --no-compile -e ".[app,real,dev]" -c $(VLLM_VENV)/constraints.txt transformers==$(VLLM_TRANSFORMERS)
 	touch $@
 
-test-vllm: install-vllm  ## vLLM tier: engine=vllm on the SmolLM2 pair, in its own venv (CPU build here; about 10 minutes)
+test-vllm: install-vllm  ## vLLM tier: engine=vllm on the SmolLM2 pair, in its own venv (CPU build here; about 6 minutes)
 	$(OFFLINE_ENV) OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python -m pytest -q -m vllm -p no:cacheprovider -n $(WORKERS) \
 		--dist loadgroup tests/vllm tests/test_scripts.py
 

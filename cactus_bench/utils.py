@@ -69,6 +69,18 @@ def git_commit(cwd: str | os.PathLike | None = None) -> str | None:
     return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str | None:
+    """The CPU's model name (Linux), e.g. "AMD EPYC 9R14 96-Core Processor"; None where not reported."""
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
 def environment_info() -> dict:
     """Package versions, git commit and hardware: stored with every result."""
     versions = {}
@@ -80,6 +92,9 @@ def environment_info() -> dict:
     hw: dict[str, Any] = {
         "machine": platform.machine(),
         "processor": platform.processor(),
+        "cpu_model": cpu_model(),
+        # the kernel level ATen dispatches to (AVX2, AVX512, ...): CPU speed and rounding differ by it
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
     }

@@ -58,6 +58,16 @@ def test_readme_commands_compose():
     assert cfg.pair.drafter == "embedded:tiny/drafter" and cfg.limit == 3
 
 
+def test_readmes_index_names_every_page_in_docs_and_only_those():
+    """README is one screen; the rest lives in docs/, and the index in README is how a reader finds it."""
+    import re
+
+    named = set(re.findall(r"`(docs/[\w.-]+\.md)`", (ROOT / "README.md").read_text()))
+    pages = {f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")}
+    assert named == pages, (named - pages, pages - named)
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 60
+
+
 def test_validate_resolves_the_run_once():
     """One object out of validation: the method, the identity, the decode and model specs, and what
     `dtype: auto` means on this CPU; the verifier alone names no drafter and no drafter precision."""

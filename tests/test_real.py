@@ -162,7 +162,7 @@ def test_prompts_use_the_chat_template_and_replies_end_at_stop_strings(runs, pai
 def test_a_lossy_drafter_orders_the_rules_acceptance(runs):
     """Measured on these 3 IFEval items (48 tokens, m = 4): AL SpS 0.50 < Cactus δ=0.25 0.76 < TAS 1.03, each
     rule on the same per-item random streams. The order is the paper's at a moderate δ; at δ = 0.75-1 Cactus
-    matches TAS here (24 items, 128 tokens: 0.83 and 0.81 against 0.81, README's real-model table)."""
+    matches TAS here (24 items, 128 tokens: 0.83 and 0.81 against 0.81, docs/real-models.md's table)."""
     common = ("data=ifeval", "limit=3", "max_gen_toks=48")
     al = {}
     for name, method in (("sps", ["method=sps"]), ("cactus", ["method=cactus", "delta=0.25"]), ("tas", ["method=tas"])):
@@ -209,8 +209,9 @@ CONVERT = "from cactus_bench.embedded.smollm2 import ensure_smollm2; print(ensur
 
 
 def test_the_gguf_conversion_writes_the_same_bytes_under_every_kernel_level(folder, tmp_path):
-    """De-quantising the GGUF file gives the recorded float32 bytes (README's hashes), in this tier's cache and
-    in two fresh conversions, one with torch's and numpy's widest kernels and one with their narrowest."""
+    """De-quantising the GGUF file gives the recorded float32 bytes (docs/real-models.md's hashes), in this
+    tier's cache and in two fresh conversions, one with torch's and numpy's widest kernels and one with their
+    narrowest."""
     import os
     import subprocess
     import sys

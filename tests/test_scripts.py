@@ -37,6 +37,26 @@ def test_script_runs_small(script, tmp_path):
     assert data and out.with_suffix(".md").read_text().startswith("# ")
 
 
+def test_result_files_name_the_commit_the_cpu_and_its_kernel_level(tmp_path):
+    """A speed figure is a property of a commit on a CPU: AMD and Intel differ in kernels, and ATen picks a
+    kernel level (AVX2, AVX512) per machine; both files say which."""
+    import torch
+
+    from cactus_bench.perf.results import write_results
+    from cactus_bench.utils import cpu_model, git_commit
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8488C\nflags\t\t: avx2\n")
+    assert cpu_model(str(cpuinfo)) == "Intel(R) Xeon(R) Platinum 8488C"
+    assert cpu_model(str(tmp_path / "none")) is None
+    write_results(tmp_path / "r", "# t\n", {"x": 1}, "cmd")
+    level = torch.backends.cpu.get_cpu_capability()
+    footer = (tmp_path / "r.md").read_text().splitlines()[-1]
+    assert f"commit {git_commit()}" in footer and f"({level})" in footer, footer
+    hw = json.loads((tmp_path / "r.json").read_text())["env"]["hardware"]
+    assert hw["cpu_capability"] == level and "cpu_model" in hw
+
+
 def test_the_device_check_fits_its_window_section_by_section(tmp_path, monkeypatch):
     """Under a deadline too short for everything: each section either finished (or failed, its traceback
     saved, and the check went on) or was skipped with its reason; both result files hold every section

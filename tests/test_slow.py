@@ -204,11 +204,12 @@ def test_the_local_launcher_runs_two_shards_at_once(env):
 
 
 def readme_command(prefix: str) -> list[str]:
-    """The first command in README's code blocks that starts with `prefix`, joined over its `\\` lines and
-    without its comment, as a user would paste it."""
+    """The first command in the documentation's code blocks (README, then docs/) that starts with `prefix`,
+    joined over its `\\` lines and without its comment, as a user would paste it."""
     import shlex
 
-    text = (ROOT / "README.md").read_text().replace(" \\\n", " ")
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    text = "\n".join(p.read_text() for p in pages).replace(" \\\n", " ")
     line = next(line for line in text.splitlines() if line.startswith(prefix))
     return shlex.split(line.split("  #")[0])
 

@@ -14,7 +14,7 @@ from urllib.parse import urlparse
 from .schema import PROJECT_DIR
 
 log = logging.getLogger("cactus_bench")
-LOCAL_DATA = PROJECT_DIR.parent / "shared" / "data"  # the layout README documents (../shared/data)
+LOCAL_DATA = PROJECT_DIR.parent / "shared" / "data"  # the layout docs/usage.md documents (../shared/data)
 PROBE_TIMEOUT_S = 2.0
 
 

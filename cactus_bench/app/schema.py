@@ -199,7 +199,7 @@ def help_text() -> str:
     lines += ["", f"Nested keys: {NESTED}", "", "Examples:", *(f"  {e}" for e in EXAMPLES), ""]
     lines += [
         "Errors are one paragraph; --debug (or CACTUS_BENCH_DEBUG=1) shows the traceback too.",
-        "Docs: README.md; the protocol behind the paper's numbers: docs/protocol.md.",
+        "Docs: README.md and docs/; the protocol behind the paper's numbers: docs/protocol.md.",
     ]
     return "\n".join(lines)
 

@@ -1,4 +1,4 @@
-"""The memory model behind batch_size=auto (README "On a GPU"): what a row costs on the device, and how many
+"""The memory model behind batch_size=auto (docs/gpu.md): what a row costs on the device, and how many
 rows a process plans for, chosen once per pair and process."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def activation_bytes(model, tokens: int) -> int:
 
 
 def row_bytes(models: list, capacity: int, lookahead: int, vocab: int, prompt: int = 0) -> int:
-    """What one row costs on the device (the memory model behind batch_size=auto, README "On a GPU"):
+    """What one row costs on the device (the memory model behind batch_size=auto, docs/gpu.md):
     - its caches: capacity x K/V bytes per position of each model;
     - a round's float32 tensors: (lookahead + 1) x vocab logits, probabilities and warp temporaries (6 copies);
     - CUDA graphs' private pool: each graph's static outputs (probabilities, 2 copies with the copy-out) and

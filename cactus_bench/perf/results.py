@@ -42,9 +42,10 @@ def write_results(out: str | Path, markdown: str, data: dict, command: str) -> N
     with the environment), atomically."""
     env = environment_info()
     hw = env["hardware"]
+    cpu = f"{hw.get('cpu_model') or hw.get('processor') or hw.get('machine')} ({hw.get('cpu_capability')})"
     footer = (
-        f"\n`{command}` — torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
-        f"{hw.get('gpu') or hw.get('processor') or hw.get('machine')}, load avg {hw.get('load_avg')}\n"
+        f"\n`{command}` — commit {env.get('git_commit')}, torch {torch.__version__}, {torch.get_num_threads()} "
+        f"thread(s), {hw.get('gpu') or cpu}, load avg {hw.get('load_avg')}\n"
     )
     write_text_atomic(Path(f"{out}.md"), markdown.rstrip("\n") + "\n" + footer)
     write_text_atomic(Path(f"{out}.json"), json.dumps({**data, "command": command, "env": env}, indent=1, default=str))
