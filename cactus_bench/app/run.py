@@ -63,20 +63,38 @@ class Terminated(KeyboardInterrupt):
     the lock released, the run marked interrupted."""
 
 
+SIGNALLED: list[int] = []  # the signals this process's run was sent (read between items)
+
+
+def interrupt(signum: int) -> KeyboardInterrupt:
+    return Terminated("SIGTERM") if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def raise_if_signalled() -> None:
+    """Between items: end the run if a signal came whose exception was swallowed where it was raised (Python
+    runs a handler in whatever frame is current: one raised inside a finalizer is printed and dropped)."""
+    if SIGNALLED:
+        raise interrupt(SIGNALLED[0])
+
+
 @contextlib.contextmanager
 def sigterm_as_interrupt():
+    """SIGTERM and Ctrl-C end the run the same way, and are remembered until the next item boundary."""
     if threading.current_thread() is not threading.main_thread():  # signal handlers live in the main thread
         yield
         return
 
-    def terminated(signum, frame):
-        raise Terminated("SIGTERM")
+    def on_signal(signum, frame):
+        SIGNALLED.append(signum)
+        raise interrupt(signum)
 
-    previous = signal.signal(signal.SIGTERM, terminated)
+    SIGNALLED.clear()
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def run(target: RunSpec | DictConfig) -> dict:
@@ -119,6 +137,7 @@ def _run(spec: RunSpec) -> dict:
         finished = [done[k] for k in sorted(done)]
         bar = progress(len(todo), f"{cfg.method.name} {cfg.data.label}", cfg.progress)
         for record in bench.decode(decoder, todo):
+            raise_if_signalled()  # the item decoded while a swallowed signal came is not stored
             here = timing.conditions(device, cfg.batch_size)
             paired = timing.split_timing(record)
             record["conditions"] = here
