@@ -1,6 +1,7 @@
 """The sweep (sweep.py) and its cost plan (plan.py): each cell is the same run however it is run, every sweep
 states its engine, and the plan prices every cell from stored runs, measurements or the cost model."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,31 @@ def test_the_slurm_launcher_without_slurm_is_one_paragraph_before_any_work(tmp_p
     assert out.returncode == 2 and "hydra/launcher=slurm submits every run as a SLURM job" in said
     assert "no sbatch, squeue, sacct" in said and "Nothing was submitted" in said and "Traceback" not in said
     assert "run the same sweep command again" not in said and not (tmp_path / "runs").exists()
+
+
+def test_slurm_without_a_controller_is_one_paragraph_before_any_work(tmp_path):
+    """SLURM's commands installed but no controller answering (a laptop with the client, a login node whose
+    controller is down): sbatch's "Could not establish a configuration source" came out of submitit as a
+    traceback after every cell was composed, from the sweep (which then advised rerunning) and from
+    `python -m cactus_bench -m ... hydra/launcher=slurm` alike."""
+    from cactus_bench.__main__ import main as run_cli
+    from cactus_bench.sweep import main
+
+    bin_dir = tmp_path / "bin"  # SLURM's client, its controller unreachable: what sinfo and sbatch then say
+    bin_dir.mkdir()
+    for command in ("sbatch", "squeue", "sacct", "sinfo"):
+        script = bin_dir / command
+        script.write_text(
+            f"#!/bin/sh\necho '{command}: fatal: Could not establish a configuration source' >&2\nexit 1\n"
+        )
+        script.chmod(0o755)
+    env = {"CACTUS_BENCH_RESULTS": str(tmp_path), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    for out in (
+        run_main(main, "sweeps/demo.yaml", "limit=2", "hydra/launcher=slurm", env=env),
+        run_main(run_cli, "-m", "pair=tiny", "method=sps,ar", "data=arith", "limit=2", "hydra/launcher=slurm", env=env),
+    ):
+        said = " ".join(out.stderr.split())
+        assert out.returncode == 2 and "its controller does not answer" in said, said[-2000:]
+        assert "Could not establish a configuration source" in said and "Nothing was submitted" in said
+        assert "Traceback" not in said and "run the same sweep command again" not in said
+    assert not (tmp_path / "runs").exists()

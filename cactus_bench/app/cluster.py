@@ -73,21 +73,38 @@ class SlurmUnavailable(RuntimeError):
 
 
 def require_slurm() -> None:
-    """SLURM's commands are here, before anything is composed, decoded or submitted."""
-    missing = [c for c in ("sbatch", "squeue", "sacct") if shutil.which(c) is None]
+    """SLURM's commands are here and its controller answers, before anything is composed, decoded or
+    submitted."""
+    missing = [c for c in ("sbatch", "squeue", "sacct", "sinfo") if shutil.which(c) is None]
     if missing:
         raise SlurmUnavailable(
             f"hydra/launcher=slurm submits every run as a SLURM job, but this machine has no {', '.join(missing)} "
             "on its PATH. Run the sweep on the cluster's login node, or leave hydra/launcher=slurm out to run the "
             "cells here one after another (hydra/launcher=local_gpus: on this machine's GPUs). Nothing was submitted."
         )
+    try:
+        done = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, text=True, timeout=60)
+        said = done.stderr if done.returncode else None
+    except subprocess.TimeoutExpired:
+        said = "no answer in 60 s"
+    if said is not None:  # the client alone (a laptop, a login node whose controller is down)
+        raise SlurmUnavailable(
+            f"SLURM's commands are here but its controller does not answer (sinfo: {last_line(RuntimeError(said))}). "
+            "Run the sweep where `sinfo` lists the cluster's nodes, or leave hydra/launcher=slurm out to run the "
+            "cells here. Nothing was submitted."
+        )
 
 
 def launch_array(launcher, job_overrides, initial_job_idx: int) -> list:
     """What `hydra_plugins.cactus_bench_launcher.SlurmLauncher.launch` does: submit the runs as one job array
     (submitit, with the launcher's parameters), wait for every job, and name together those that ended without
-    finishing."""
-    require_slurm()
+    finishing. SLURM missing or refusing the array is one paragraph (Hydra would print a traceback around it)."""
+    from .errors import fail
+
+    try:
+        require_slurm()
+    except SlurmUnavailable as e:
+        fail(e)
     import submitit
     from hydra.core.singleton import Singleton
     from hydra.core.utils import filter_overrides
@@ -107,7 +124,16 @@ def launch_array(launcher, job_overrides, initial_job_idx: int) -> list:
         (list(o), "hydra.sweep.dir", initial_job_idx + i, f"job_id_for_{initial_job_idx + i}", Singleton.get_state())
         for i, o in enumerate(job_overrides)
     ]
-    jobs = executor.map_array(launcher, *zip(*calls))
+    try:
+        jobs = executor.map_array(launcher, *zip(*calls))
+    except Exception as e:  # noqa: BLE001  (sbatch refused: no controller reachable, a bad partition or account)
+        fail(
+            SlurmUnavailable(
+                f"sbatch refused the sweep's job array ({last_line(e)}). Run it where SLURM answers (`sinfo` lists "
+                "the cluster's nodes) and check the launcher's settings (hydra.launcher.partition, account, ...); "
+                "without a cluster, leave hydra/launcher=slurm out. Nothing was submitted."
+            )
+        )
     array = jobs[0].job_id.split("_")[0]
     log.info(
         "submitted %d run(s) as SLURM job array %s; logs: %s", len(jobs), array, folder.replace("%j", f"{array}_*")
@@ -121,8 +147,6 @@ def launch_array(launcher, job_overrides, initial_job_idx: int) -> list:
             failed.append(f"job {job.job_id} ({which_run(filter_overrides(overrides))}): {state}, {last_line(e)}; "
                           f"log {job.paths.stderr}")  # fmt: skip
     if failed:  # one paragraph and exit 2 (raised, Hydra would print its traceback around it)
-        from .errors import fail
-
         fail(
             JobsUnfinished(
                 f"{len(failed)} of {len(jobs)} SLURM job(s) ended without finishing: " + "; ".join(failed) + ". "
