@@ -89,18 +89,25 @@ def no_rollback(monkeypatch):
     """A realistic bug: write positions never move back within a request, so rejected drafts stay in the
     cache and later tokens attend to them (a new request still starts at its own positions)."""
     real_set, real_prefill = cache_mod.ModelRunner.set_positions, cache_mod.ModelRunner.prefill
+    real_forward = cache_mod.ModelRunner.forward
 
     def prefill(self, rows, tokens):
         self.fresh = getattr(self, "fresh", set()) | set(rows)  # rows just admitted: their own positions
         return real_prefill(self, rows, tokens)
 
+    def forward(self, ids, *args, **kw):  # where each row's last write ended (the loop may not advance pos)
+        self.reached = [p + ids.shape[1] for p in self.cache.pos.tolist()]
+        return real_forward(self, ids, *args, **kw)
+
     def never_back(self, starts):
-        fresh, now = getattr(self, "fresh", set()), self.cache.pos.tolist()
-        starts = [s if b in fresh else max(s, p) for b, (s, p) in enumerate(zip(starts, now))]
+        starts = starts.tolist() if isinstance(starts, torch.Tensor) else starts
+        fresh, reached = getattr(self, "fresh", set()), getattr(self, "reached", [0] * len(starts))
+        starts = [s if b in fresh else max(s, r) for b, (s, r) in enumerate(zip(starts, reached))]
         self.fresh = set()
         real_set(self, starts)
 
     monkeypatch.setattr(cache_mod.ModelRunner, "prefill", prefill)
+    monkeypatch.setattr(cache_mod.ModelRunner, "forward", forward)
     monkeypatch.setattr(cache_mod.ModelRunner, "set_positions", never_back)
     monkeypatch.setattr(engine_mod, "capacity_for", lambda n: cache_mod.kv_bucket(8 * n))  # room for what piles up
 
