@@ -330,7 +330,15 @@ def slow_run(tmp_path, pair_dir, *extra):
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HOLD), os.environ.get("PYTHONPATH")]))
     args = ["pair=tiny", "data=gsm8k", "method=ar", "limit=200", "max_gen_toks=64", "progress=false"]
     cmd = [sys.executable, "-m", "cactus_bench", *args, *pair_overrides(pair_dir), *extra]
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(  # Ctrl-C as at a terminal (a CI job may start us with SIGINT ignored, and the run too)
+        cmd,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
 
 
 def wait_for_samples(root: Path, pattern: str, n: int = 1, timeout: float = 120) -> Path:
@@ -363,15 +371,17 @@ def test_a_signal_whose_exception_was_swallowed_still_ends_the_run_at_the_next_i
 
     cfg = cfg_of(*TINY, "method=ar", "limit=4", results=tmp_path, pair_dir=small_pair_dir)
     TaskBenchmark.decode = swallowing
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # a terminal's (CI may start us ignoring it)
     try:
         with pytest.raises(KeyboardInterrupt):
             run_mod.run(cfg)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the run's handler is gone
     finally:
         TaskBenchmark.decode = real
+        signal.signal(signal.SIGINT, before)
     folder = run_dir(cfg)
     assert [s["index"] for s in read_samples(folder)] == [0]  # the second item, decoded after the signal: dropped
     assert json.loads((folder / "manifest.json").read_text())["status"] == "interrupted"
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the run's handlers are gone
 
 
 @pytest.mark.parametrize("sig,code,name", [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGINT, 130, "Ctrl-C")])

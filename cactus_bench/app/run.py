@@ -89,7 +89,12 @@ def sigterm_as_interrupt():
         raise interrupt(signum)
 
     SIGNALLED.clear()
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    # Ctrl-C only where Python would raise it: a process started with SIGINT ignored (a background job of a
+    # shell without job control) keeps ignoring it
+    caught = [signal.SIGTERM] + (
+        [signal.SIGINT] if signal.getsignal(signal.SIGINT) is signal.default_int_handler else []
+    )
+    previous = {s: signal.signal(s, on_signal) for s in caught}
     try:
         yield
     finally:
