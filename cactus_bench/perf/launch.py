@@ -50,21 +50,10 @@ def count_host_reads(counts: Counter):
 
 
 def top_level_ops(prof) -> tuple[Counter, int]:
-    """Aten ops called from Python (not inside another aten op or a compiled graph), and graph launches."""
-    ops, graphs = Counter(), 0
-    for e in prof.events():
-        if not (e.name.startswith(GRAPH) or e.name.startswith("aten::")):
-            continue
-        parent = e.cpu_parent
-        while parent is not None and not parent.name.startswith(("aten::", GRAPH, PREFILL)):
-            parent = parent.cpu_parent
-        if parent is not None:
-            continue
-        if e.name.startswith(GRAPH):
-            graphs += 1
-        else:
-            ops[e.name] += 1
-    return ops, graphs
+    """Aten ops called from Python (`top_level_events`) by name, and compiled-graph launches."""
+    events = top_level_events(prof)
+    graphs = sum(e.name.startswith(GRAPH) for e in events)
+    return Counter(e.name for e in events if not e.name.startswith(GRAPH)), graphs
 
 
 # The part of a round that dispatched a top-level op: the first of this package's frames on its Python stack,
