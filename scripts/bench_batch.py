@@ -19,7 +19,8 @@ ENGINES = {"eager": None, "fast": "inductor"}
 
 
 def embedded_prompts(n: int):
-    from cactus_bench.embedded import arith, ensure_pair
+    from cactus_bench.embedded import arith
+    from cactus_bench.embedded.build import ensure_pair
     from cactus_bench.models import load_pair
 
     folder = ensure_pair()
