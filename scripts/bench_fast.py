@@ -6,10 +6,10 @@ import time
 
 import torch
 
-from cactus_bench.cli import Command, Key
-from cactus_bench.decode import autoregressive_generate, speculative_generate
-from cactus_bench.perf.results import write_results
-from cactus_bench.perf.shapes import PAIRS
+from cactus_bench.core.cli import Command, Key
+from cactus_bench.core.decode import autoregressive_generate, speculative_generate
+from cactus_bench.tools.perf.results import write_results
+from cactus_bench.tools.perf.shapes import PAIRS
 
 SAMPLING = {"temperature": 0.6, "top_k": 20, "top_p": 0.95}
 

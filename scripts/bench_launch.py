@@ -1,5 +1,5 @@
 """What a decode round costs the host, per engine: dispatched ops and host reads per round (see
-cactus_bench/perf/launch.py for why these predict GPU overhead), on the tiny pair and on random models
+cactus_bench/tools/perf/launch.py for why these predict GPU overhead), on the tiny pair and on random models
 with Qwen3-0.6B's shape (verifier: the full 28 layers; drafter: 2 of them). Prints one line per engine and
 model: `engine=<name> model=<name> ops_per_round=<n> host_syncs_per_round=<k>`.
 """
@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import torch
 
-from cactus_bench.cli import Command, Key
-from cactus_bench.models import random_lm
-from cactus_bench.perf.launch import decode_round_ops
-from cactus_bench.perf.results import write_results
-from cactus_bench.perf.shapes import PAIRS, SHAPES
-from cactus_bench.rules import RULES
+from cactus_bench.adapters.embedded.random_models import random_lm
+from cactus_bench.core.cli import Command, Key
+from cactus_bench.core.rules import RULES
+from cactus_bench.tools.perf.launch import decode_round_ops
+from cactus_bench.tools.perf.results import write_results
+from cactus_bench.tools.perf.shapes import PAIRS, SHAPES
 
 ENGINES = {"eager": None, "fast": "inductor"}
 # the same measurement at c2f15d8, before the loop's own ops were cut (issue 41), for the ratio

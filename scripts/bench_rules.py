@@ -7,21 +7,9 @@ from functools import partial
 
 import torch
 
-from cactus_bench.cli import Command, Key
-from cactus_bench.perf.results import median_time, write_results
-from cactus_bench.rules import build_rule
-
-RULES = [
-    ("sps", {}),
-    ("cactus", {"delta": 1.0}),
-    ("cactus_exact", {"delta": 1.0}),
-    ("tas", {}),
-    ("topk", {}),
-    ("interp", {}),
-    ("mentored", {}),
-    ("speccas", {"variant": "token_v3"}),
-    ("speccas", {"variant": "opt"}),
-]
+from cactus_bench.core.cli import Command, Key
+from cactus_bench.core.rules import RULES, build_rule
+from cactus_bench.tools.perf.results import median_time, write_results
 
 
 def main():
@@ -49,7 +37,7 @@ def main():
         d = torch.multinomial(p[0], 1, generator=g).T
         floor = median_time(lambda: logits_q.softmax(-1), device, args.repeat)
         rows.append({"rule": "softmax (floor)", "m": m, "ms": floor * 1e3, "x_softmax": 1.0})
-        for name, params in RULES:
+        for name, params in ((n, v) for n in RULES.names() for v in RULES.get(n).timed_variants):
             rule = build_rule(name, **params)
             label = name + (f"[{params['variant']}]" if "variant" in params else "")
             call = partial(rule.verify, p, q, d, g, check=False, return_kl=True, draft_raw=p, target_raw=q)

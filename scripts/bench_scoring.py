@@ -8,10 +8,10 @@ import random
 import statistics
 import time
 
-from cactus_bench.benchmarks import filters
-from cactus_bench.cli import Command, Key
-from cactus_bench.perf.results import write_results
-from cactus_bench.score import scorer_for
+from cactus_bench.adapters.benchmarks import filters
+from cactus_bench.core.cli import Command, Key
+from cactus_bench.tools.perf.results import write_results
+from cactus_bench.tools.score import scorer_for
 
 
 def replies(scorer, n: int, words: int) -> list[tuple[int, str]]:

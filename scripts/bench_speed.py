@@ -4,7 +4,7 @@ For each pair, on the same prompts, m and sampling (interleaved per prompt, so m
 methods alike):
   * our SpS loop vs `generate(assistant_model=drafter, do_sample=True)` made fair: the same law (each model
     warps its logits once; transformers as shipped warps the drafter's twice, hf_assistant=as_shipped) and
-    exactly m drafts a round (`cactus_bench.perf.transformers_reference`), so τ agrees and the ratio is the
+    exactly m drafts a round (`cactus_bench.tools.perf.transformers_reference`), so τ agrees and the ratio is the
     loops' speed;
   * our AR loop vs plain `generate(do_sample=True)`;
   * our loop's wall time vs the sum of its bare model forwards (the share of time outside the models), and
@@ -24,11 +24,11 @@ from functools import partial
 
 import torch
 
-from cactus_bench.cli import Command, Key
-from cactus_bench.decode import ForwardTimer, autoregressive_generate, speculative_generate
-from cactus_bench.perf.results import write_results
-from cactus_bench.perf.shapes import PAIRS
-from cactus_bench.perf.transformers_reference import ASSISTANT_WARPS, assistant_setup, sampling
+from cactus_bench.core.cli import Command, Key
+from cactus_bench.core.decode import ForwardTimer, autoregressive_generate, speculative_generate
+from cactus_bench.tools.perf.results import write_results
+from cactus_bench.tools.perf.shapes import PAIRS
+from cactus_bench.tools.perf.transformers_reference import ASSISTANT_WARPS, assistant_setup, sampling
 
 
 class ForwardMeter:

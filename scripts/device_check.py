@@ -1,4 +1,4 @@
-"""The device check (cactus_bench/perf/device_check.py), runnable from a bare checkout on the GPU box, which
+"""The device check (cactus_bench/tools/perf/device_check.py), runnable from a bare checkout on the GPU box, which
 has torch and transformers but not this package installed: the repository root goes on the import path."""
 
 import runpy
@@ -6,4 +6,4 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-runpy.run_module("cactus_bench.perf.device_check", run_name="__main__")
+runpy.run_module("cactus_bench.tools.perf.device_check", run_name="__main__")

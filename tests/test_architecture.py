@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from cactus_bench import metrics
 from cactus_bench.app.tracking import summary_keys
-from cactus_bench.methods import BASELINE, Method, method_names
-from cactus_bench.registry import Registry
-from cactus_bench.report.tables import fmt, label
-from cactus_bench.rules import RULES, Rule, build_rule, register
-from cactus_bench.rules.base import gather_last, general_accept
+from cactus_bench.core import metrics
+from cactus_bench.core.methods import BASELINE, Method, method_names
+from cactus_bench.core.registry import Registry
+from cactus_bench.core.rules import RULES, Rule, build_rule, register
+from cactus_bench.core.rules.base import gather_last, general_accept
+from cactus_bench.tools.report.tables import fmt, label
 
 from .helpers.stats import P_THRESHOLD, g_test_pvalue
 
@@ -108,7 +108,7 @@ def test_a_new_metric_is_one_definition_read_everywhere():
 
 def test_one_definition_of_accepted_length():
     """The engine's per-sample AL, a run's pooled AL and Spec-Bench's AL all come from the metric."""
-    from cactus_bench.decode.stats import GenerationOutput, Rounds
+    from cactus_bench.core.decode.stats import GenerationOutput, Rounds
 
     rounds = Rounds()
     for drafted, accepted in [(4, 4), (4, 1), (4, 0)]:
@@ -168,17 +168,19 @@ def _imports_without(modules: str, blocked: tuple[str, ...]) -> subprocess.Compl
 
 def test_the_core_imports_with_torch_and_transformers_alone():
     out = _imports_without(
-        "cactus_bench.methods, cactus_bench.metrics, cactus_bench.decode, cactus_bench.rules, "
-        "cactus_bench.models, cactus_bench.embedded, cactus_bench.utils",
+        "cactus_bench.core.methods, cactus_bench.core.metrics, cactus_bench.core.decode, cactus_bench.core.rules, "
+        "cactus_bench.backends.hf.loader, cactus_bench.adapters.embedded, cactus_bench.core.utils",
         APP_ONLY,
     )
     assert out.returncode == 0, out.stderr
-    broken = _imports_without("cactus_bench.report", APP_ONLY)  # control: the app does need them
+    broken = _imports_without("cactus_bench.tools.report", APP_ONLY)  # control: the app does need them
     assert broken.returncode != 0
 
 
 def test_reports_and_config_do_not_import_lm_eval():
-    out = _imports_without("cactus_bench.report, cactus_bench.app.config, cactus_bench.app.tracking", ("lm_eval",))
+    out = _imports_without(
+        "cactus_bench.tools.report, cactus_bench.app.config, cactus_bench.app.tracking", ("lm_eval",)
+    )
     assert out.returncode == 0, out.stderr
 
 
@@ -214,9 +216,9 @@ def test_one_identity_from_the_cli_to_the_store_report_sweep_plan_and_wandb(smal
     from cactus_bench.app.runs import find_run, load_runs
     from cactus_bench.app.store import run_dir
     from cactus_bench.app.tracking import wandb_config
-    from cactus_bench.report import compose_cell, load_spec
-    from cactus_bench.report.specs import pair_spec
-    from cactus_bench.sweep import shard_finished
+    from cactus_bench.tools.report import compose_cell, load_spec
+    from cactus_bench.tools.report.specs import pair_spec
+    from cactus_bench.tools.sweep import shard_finished
 
     from .helpers.configs import pair_overrides
 
@@ -254,77 +256,133 @@ def test_one_identity_from_the_cli_to_the_store_report_sweep_plan_and_wandb(smal
     assert RunIdentity.of(other).key != ident.key and find_run(load_runs(tmp_path), other) is None  # control
 
 
-LAYERS = (  # lowest first: a module imports only from its own layer and the ones below
-    (
-        "core",
-        (
-            "registry",
-            "intervals",
-            "metrics",
-            "rules",
-            "methods",
-            "models",
-            "precision",
-            "cli",
-            "decode",
-            "utils",
-            "embedded",
-        ),
-    ),
-    ("adapters", ("benchmarks",)),
-    ("app", ("app", "lm_eval_cli", "__main__")),
-    ("reports and tools", ("report", "plan", "sweep", "score", "dashboard", "perf")),
-)
-
-
-def _layer(module: str) -> int | None:
-    room = module.split(".")[1] if module.count(".") else None
-    return next((i for i, (_, rooms) in enumerate(LAYERS) if room in rooms), None)
-
-
-def upward_imports(package: Path) -> list[tuple[str, str]]:
-    """(importer, imported) pairs where a module imports from a higher layer, at any depth (function-level
-    imports count: they are arrows all the same)."""
+def import_graph(package: Path) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, read from the code at any depth (imports inside functions
+    and under TYPE_CHECKING are arrows all the same)."""
     import ast
 
-    found = []
+    modules = {}
     for path in sorted(package.rglob("*.py")):
         parts = path.relative_to(package.parent).with_suffix("").parts
-        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        here = module if parts[-1] == "__init__" else module.rsplit(".", 1)[0]
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+
+    def resolve(target: str) -> str | None:  # `pkg.mod.name` -> `pkg.mod`: the module that defines it
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        return target or None
+
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        here = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        graph[module] = set()
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom):
                 base = here.split(".")[: len(here.split(".")) - node.level + 1] if node.level else []
-                target = ".".join([*base, *([node.module] if node.module else [])])
-                targets = [target] if node.module else [f"{target}.{a.name}" for a in node.names]
+                prefix = ".".join([*base, *([node.module] if node.module else [])])
+                targets = [f"{prefix}.{a.name}" for a in node.names]
             elif isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             else:
                 continue
-            for target in targets:
-                mine, theirs = _layer(module), _layer(target)
-                if target.startswith("cactus_bench.") and None not in (mine, theirs) and theirs > mine:
-                    found.append((module, target))
-    return sorted(set(found))
+            graph[module] |= {t for t in map(resolve, targets) if t and t != module}
+    return graph
 
 
-def test_no_module_imports_from_a_layer_above_it(tmp_path):
-    """Core < adapters < app < reports and tools. Before: app/tracking.py read runs through report/, the
-    CLI and lm-eval's adapter composed configs through report/specs.py, methods.py decoded through decode/
-    loops (an unused entry point)."""
-    assert upward_imports(ROOT / "cactus_bench") == []
-    # control: an app module reaching up into report/ is found
-    fake = tmp_path / "cactus_bench" / "app"
-    fake.mkdir(parents=True)
-    (fake / "x.py").write_text("def f():\n    from ..report.specs import load_spec\n")
-    assert upward_imports(tmp_path / "cactus_bench") == [("cactus_bench.app.x", "cactus_bench.report.specs")]
+def layer_of(module: str, layers: tuple[str, ...]) -> int | None:
+    """A module's layer is its first folder under the package; the package's own `__init__` and `__main__`
+    (the entry points) are above every layer; None: a module outside every layer."""
+    parts = module.split(".")
+    if parts[1:] in ([], ["__main__"]):
+        return len(layers)
+    return layers.index(parts[1]) if parts[1] in layers else None
+
+
+def upward_imports(package: Path, layers: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(importer, imported) pairs where a module imports from a layer above its own."""
+    graph = import_graph(package)
+    return sorted((a, b) for a, targets in graph.items() for b in targets if layer_of(b, layers) > layer_of(a, layers))
+
+
+def circles(package: Path) -> list[list[str]]:
+    """The import graph's strongly connected components of more than one module (Tarjan's algorithm)."""
+    graph = import_graph(package)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while not component or component[-1] != v:
+                component.append(stack.pop())
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def test_every_module_lives_in_a_layer_folder():
+    """The folders are the layers (`cactus_bench.LAYERS`, lowest first): no loose module, no folder that is
+    not a layer."""
+    import cactus_bench
+
+    package = ROOT / "cactus_bench"
+    loose = [m for m in import_graph(package) if layer_of(m, cactus_bench.LAYERS) is None]
+    assert loose == []
+    folders = sorted(p.name for p in package.iterdir() if (p / "__init__.py").is_file())
+    assert folders == sorted(cactus_bench.LAYERS)
+
+
+def test_no_import_points_up_a_layer_and_none_closes_a_circle(tmp_path):
+    """core < backends < adapters < app < tools, read from the imports in the code. Before: `metrics` and
+    `timing_conditions` imported each other (at type level), `decode/api.py` imported its own backends, the
+    layers were a hand list of 14 loose modules."""
+    import shutil
+
+    import cactus_bench
+
+    package = ROOT / "cactus_bench"
+    assert upward_imports(package, cactus_bench.LAYERS) == []
+    assert circles(package) == []
+
+    # controls, each on a copy of the package: an upward import and a circle are found
+    def planted(name: str, module: str, code: str) -> Path:
+        copy = tmp_path / name / "cactus_bench"
+        shutil.copytree(package, copy, ignore=shutil.ignore_patterns("conf", "tiny_pair", "__pycache__"))
+        with copy.joinpath(*module.split("/")).open("a") as f:
+            f.write(code)
+        return copy
+
+    up = planted("up", "core/rules/base.py", "\n\ndef _planted():\n    from ...backends.hf import loader  # noqa\n")
+    assert upward_imports(up, cactus_bench.LAYERS) == [
+        ("cactus_bench.core.rules.base", "cactus_bench.backends.hf.loader")
+    ]
+    circle = planted(
+        "circle",
+        "core/intervals.py",
+        "\nif False:\n    from cactus_bench.core.metrics.registry import Metric  # noqa\n",
+    )
+    assert upward_imports(circle, cactus_bench.LAYERS) == []
+    assert circles(circle) == [["cactus_bench.core.intervals", "cactus_bench.core.metrics.registry"]]
 
 
 @pytest.mark.slow
 def test_the_type_checker_holds_a_backend_to_the_decoder_protocol():
     """`make lint` type-checks the core and its protocols: a backend whose decoder lacks part of `Decoder`
     (here its `device` and chat template) is an error before anything runs; a whole one passes."""
-    head = "from cactus_bench.decode.api import Backend, DecodeSpec, ModelSpec\n"
+    head = "from cactus_bench.core.decode.api import Backend, DecodeSpec, ModelSpec\n"
     body = (
         "class D:\n"
         "    {extra}\n"
@@ -370,7 +428,7 @@ def test_defaults_live_once():
     import yaml
 
     from cactus_bench.app.schema import CONF_DIR, RunConfig, SamplingConfig
-    from cactus_bench.decode.api import DecodeSpec
+    from cactus_bench.core.decode.api import DecodeSpec
 
     config = yaml.safe_load((CONF_DIR / "config.yaml").read_text())
     schema = {f.name: f.default for f in dataclasses.fields(RunConfig)}
@@ -416,3 +474,44 @@ def test_a_run_computes_its_identity_once(small_pair_dir, tmp_path, monkeypatch)
     monkeypatch.setattr(RunIdentity, "of", classmethod(counted))
     run_mod.run(cfg)
     assert calls.count(True) == 1
+
+
+def test_a_new_rule_is_one_module_in_the_rules_folder(tmp_path):
+    """On a copy of the package, one new file in core/rules/ is a rule every consumer sees: `method=<name>`
+    composes with its parameters' defaults (generated from its signature), Method builds it, `cactus-bench
+    rules` and bench-rules list it. The oracle tests then ask for its reference law (the one other file)."""
+    import shutil
+
+    copy = tmp_path / "cactus_bench"
+    shutil.copytree(ROOT / "cactus_bench", copy, ignore=shutil.ignore_patterns("tiny_pair", "__pycache__"))
+    before = {p.relative_to(copy) for p in copy.rglob("*") if p.is_file()}
+    (copy / "core" / "rules" / "throwaway.py").write_text(
+        "from cactus_bench.core.rules.base import Rule, gather_last, general_accept\n"
+        "from cactus_bench.core.rules.registry import register\n\n\n"
+        '@register("throwaway")\n'
+        "class Throwaway(Rule):\n"
+        "    def __init__(self, share: float = 0.5):\n"
+        "        self.share = share\n\n"
+        "    def accept_prob(self, p, q, n, **raw):\n"
+        "        return self.share * general_accept(gather_last(q, n), gather_last(p, n))\n\n"
+        "    def residual(self, p, q, n, **raw):\n"
+        "        return q\n"
+    )
+    added = {p.relative_to(copy) for p in copy.rglob("*") if p.is_file()} - before
+    assert added == {Path("core/rules/throwaway.py")}
+    code = (
+        "from cactus_bench.app.compose import compose\n"
+        "from cactus_bench.core.methods import Method\n"
+        "from cactus_bench.core.rules import RULES\n"
+        "from cactus_bench.tools.rules import table\n"
+        "cfg = compose(('pair=tiny', 'data=arith', 'method=throwaway'))\n"
+        "assert dict(cfg.method.params) == {'share': 0.5}, cfg.method\n"
+        "cfg = compose(('pair=tiny', 'data=arith', 'method=throwaway', 'method.params.share=0.25'))\n"
+        "assert Method(cfg.method.name, dict(cfg.method.params)).rule.share == 0.25\n"
+        "assert '| throwaway | throwaway | share=0.5 |' in table()\n"
+        "assert RULES.get('throwaway').timed_variants == ({},)  # what bench-rules times\n"
+        "print('ok')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

@@ -82,7 +82,7 @@ def test_a_backend_rule_and_metric_from_an_installed_package_run_the_whole_app(t
     _run(
         [
             "-m",
-            "cactus_bench.report",
+            "cactus_bench.tools.report",
             "table",
             str(tmp_path / "plugin.yaml"),
             f"results={runs}",
@@ -123,8 +123,8 @@ def test_a_task_from_an_installed_package_is_found_and_scored(monkeypatch):
     """A dataset from outside: the plugin's task YAML (entry point group `cactus_bench.tasks`) is found
     beside the project's, its prompts built and its replies scored by lm-eval; without the package, the
     same task is unknown (the control)."""
-    from cactus_bench.benchmarks.data import DataError
-    from cactus_bench.benchmarks.scoring import TaskScorer
+    from cactus_bench.adapters.benchmarks.data import DataError
+    from cactus_bench.adapters.benchmarks.scoring import TaskScorer
 
     with pytest.raises(DataError, match="unknown lm-eval task 'plug_echo'"):
         TaskScorer("plug_echo", "exact_match,none")

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cactus_bench.benchmarks.filters import remove_thinking
-from cactus_bench.report import compose_cell, load_spec
-from cactus_bench.score import scorer_for
+from cactus_bench.adapters.benchmarks.filters import remove_thinking
+from cactus_bench.tools.report import compose_cell, load_spec
+from cactus_bench.tools.score import scorer_for
 
 from .helpers.paths import DATA
 
@@ -69,11 +69,11 @@ def test_protocol_document_checks_many_settings():
 
 # A constant is only a name: each `py:` row is also checked by the test of what the constant does.
 BEHAVIOUR = {
-    "py:cactus_bench.benchmarks.scoring.FEWSHOT_SEED": "test_gsm8k_exemplars_are_the_authors_draws",
-    "py:cactus_bench.benchmarks.scoring.FEWSHOT_AS_MULTITURN": (
+    "py:cactus_bench.adapters.benchmarks.scoring.FEWSHOT_SEED": "test_gsm8k_exemplars_are_the_authors_draws",
+    "py:cactus_bench.adapters.benchmarks.scoring.FEWSHOT_AS_MULTITURN": (
         "test_fewshot_prompts_are_identical_across_processes_and_limits"
     ),
-    "py:cactus_bench.benchmarks.data.GPQA_SHUFFLE_SEED": "test_gpqa_choices_follow_the_authors_lm_eval",
+    "py:cactus_bench.adapters.benchmarks.data.GPQA_SHUFFLE_SEED": "test_gpqa_choices_follow_the_authors_lm_eval",
 }
 
 
@@ -178,7 +178,7 @@ def test_gpqa_choices_follow_the_authors_lm_eval():
     import datasets
     from lm_eval.tasks.gpqa.cot_zeroshot.utils import process_docs
 
-    from cactus_bench.benchmarks.data import GPQA_PASSWORD, gpqa_answer_text, load_gpqa
+    from cactus_bench.adapters.benchmarks.data import GPQA_PASSWORD, gpqa_answer_text, load_gpqa
 
     ours = load_gpqa(DATA)["train"]
     with zipfile.ZipFile(DATA / "gpqa" / "dataset.zip") as z:
@@ -226,7 +226,7 @@ def _sample(item, tokens, seconds, drafted=0, accepted=0, accepted_any=0):
 def test_speedup_is_the_task_time_ratio_and_throughput_is_the_second_figure():
     """The paper's speedup is time(verifier alone) / time(method) over the same items, not a tokens/s
     ratio: with different reply lengths the two differ, and only the first is `speedup`."""
-    from cactus_bench import metrics
+    from cactus_bench.core import metrics
 
     method = [_sample(0, 100, 2.0), _sample(1, 300, 2.0)]  # 400 tokens in 4 s
     base = [_sample(0, 50, 3.0), _sample(1, 150, 3.0), _sample(2, 10, 9.0)]  # item 2: not in the method's run
@@ -240,7 +240,7 @@ def _paired(base_seconds, method_seconds):
 
 
 def test_paired_speedup_is_the_ratio_of_summed_times_with_fiellers_interval():
-    from cactus_bench import metrics
+    from cactus_bench.core import metrics
 
     rng = random.Random(0)
     samples = [_paired(b, b / rng.uniform(1.2, 1.8)) for b in (rng.uniform(0.05, 0.5) for _ in range(200))]
@@ -265,7 +265,7 @@ def test_paired_speedup_is_the_ratio_of_summed_times_with_fiellers_interval():
 
 
 def test_acceptance_rate_counts_every_position_and_prefix_acceptance_the_prefix():
-    from cactus_bench import metrics
+    from cactus_bench.core import metrics
 
     s = [_sample(0, 4, 1.0, drafted=10, accepted=3, accepted_any=7)]
     assert metrics.decode_metrics(s)["acceptance_rate"] == pytest.approx(0.7)
@@ -276,7 +276,7 @@ def test_the_kernel_counts_accepts_after_the_first_rejection():
     """Top-k with k = 1: drafts 0 (rejected: not q's top token) then 1, 1 (accepted): prefix 0, any 2."""
     import torch
 
-    from cactus_bench.rules import build_rule
+    from cactus_bench.core.rules import build_rule
 
     q = torch.tensor([[0.2, 0.8], [0.2, 0.8], [0.2, 0.8], [0.5, 0.5]])[None]
     p = torch.full((1, 3, 2), 0.5)
@@ -290,6 +290,7 @@ def test_the_kernel_counts_accepts_after_the_first_rejection():
 def test_pairs_are_the_checkpoints_the_authors_ran():
     from hydra import compose, initialize_config_dir
 
+    from cactus_bench.app import method_configs  # noqa: F401  (the method group)
     from cactus_bench.app.schema import CONF_DIR
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
@@ -305,7 +306,7 @@ def test_pairs_are_the_checkpoints_the_authors_ran():
 def test_published_numbers_carry_their_source_and_unverified_ones_are_marked(tmp_path):
     import pandas as pd
 
-    from cactus_bench.report import render_table
+    from cactus_bench.tools.report import render_table
 
     for csv_path in (ROOT / "results" / "paper").glob("*.csv"):
         table = pd.read_csv(csv_path)

@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 import torch
 
+from cactus_bench.adapters.benchmarks.base import make_benchmark
+from cactus_bench.adapters.embedded.smollm2 import ensure_smollm2, gguf_file
 from cactus_bench.app import run as run_mod
 from cactus_bench.app.compose import compose
-from cactus_bench.benchmarks.base import make_benchmark
-from cactus_bench.decode.engine import Engine, EngineOptions, Job
-from cactus_bench.decode.warp import Warper
-from cactus_bench.embedded.smollm2 import ensure_smollm2, gguf_file
-from cactus_bench.models import load_pair
-from cactus_bench.rules import build_rule
-from cactus_bench.score import main as score_main
-from cactus_bench.score import score_responses
+from cactus_bench.backends.hf.loader import load_pair
+from cactus_bench.core.decode.engine import Engine, EngineOptions, Job
+from cactus_bench.core.decode.warp import Warper
+from cactus_bench.core.rules import build_rule
+from cactus_bench.tools.score import main as score_main
+from cactus_bench.tools.score import score_responses
 
 from .helpers.cli import run_main
 from .helpers.rules import ResidualFromQ
@@ -175,11 +175,13 @@ def test_a_lossy_drafter_orders_the_rules_acceptance(runs):
 
 
 def test_stored_replies_rescore_to_the_stored_scores(runs):
-    """A run's stored IFEval replies, re-scored by `python -m cactus_bench.score`, give the four metrics it
+    """A run's stored IFEval replies, re-scored by `python -m cactus_bench.tools.score`, give the four metrics it
     stored; and the replies this model gave when the tier was written (tests/data) still score the same."""
     summary, samples, folder = runs("method=sps", "data=ifeval", "limit=3", "max_gen_toks=48")
     out = folder.parent.parent.parent / "rescored.json"
-    result = run_main(score_main, "data=ifeval", f"responses={folder}", f"output={out}", prog="cactus_bench.score")
+    result = run_main(
+        score_main, "data=ifeval", f"responses={folder}", f"output={out}", prog="cactus_bench.tools.score"
+    )
     assert result.returncode == 0, result.stderr
     metrics = [k for k in summary["scores"] if "stderr" not in k]
     assert len(metrics) == 4 and any(summary["scores"][k] > 0 for k in metrics)  # not all zeros: a real check
@@ -205,7 +207,7 @@ def test_a_gguf_file_loads_directly_as_the_verifier(folder, pair):
         assert torch.equal(loaded.verifier(ids).logits, pair.verifier(ids).logits)
 
 
-CONVERT = "from cactus_bench.embedded.smollm2 import ensure_smollm2; print(ensure_smollm2(log=lambda s: None))"
+CONVERT = "from cactus_bench.adapters.embedded.smollm2 import ensure_smollm2; print(ensure_smollm2(log=lambda s: None))"
 
 
 def test_the_gguf_conversion_writes_the_same_bytes_under_every_kernel_level(folder, tmp_path):
@@ -216,8 +218,8 @@ def test_the_gguf_conversion_writes_the_same_bytes_under_every_kernel_level(fold
     import subprocess
     import sys
 
-    from cactus_bench.embedded.shipped import file_hashes
-    from cactus_bench.embedded.smollm2 import WEIGHTS_SHA256
+    from cactus_bench.adapters.embedded.shipped import file_hashes
+    from cactus_bench.adapters.embedded.smollm2 import WEIGHTS_SHA256
 
     assert file_hashes(folder, WEIGHTS_SHA256) == WEIGHTS_SHA256
     narrow = {"ATEN_CPU_CAPABILITY": "default", "NPY_DISABLE_CPU_FEATURES": NUMPY_WIDE_FEATURES}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cactus_bench.app.runs import find_run, load_runs
-from cactus_bench.report import compose_cell, load_spec
+from cactus_bench.tools.report import compose_cell, load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 # one worker for the file: its tests share the module's cache and results (the demo's runs feed its figures)
@@ -66,7 +66,7 @@ def test_readme_one_run_writes_a_complete_run_and_reuses_the_cache(env):
 
 def test_embedded_pair_meets_its_quality_bar(env):
     env, _ = env
-    out = run([sys.executable, "-m", "cactus_bench.embedded"], env, timeout=1200)
+    out = run([sys.executable, "-m", "cactus_bench.adapters.embedded"], env, timeout=1200)
     folder = next(Path(line) for line in out.stdout.splitlines() if Path(line).is_dir())  # the pair's folder
     q = json.loads((folder / "quality.json").read_text())
     assert 0.6 <= q["verifier_accuracy"] <= 0.9 and q["drafter_accuracy"] < q["verifier_accuracy"] - 0.2
@@ -99,7 +99,9 @@ def demo(env, tmp_path_factory):
     env, _ = env
     results = tmp_path_factory.mktemp("demo")
     here = {**env, "CACTUS_BENCH_RESULTS": str(results)}
-    out = run([sys.executable, "-m", "cactus_bench.sweep", "sweeps/demo.yaml", "progress=false"], here, timeout=1200)
+    out = run(
+        [sys.executable, "-m", "cactus_bench.tools.sweep", "sweeps/demo.yaml", "progress=false"], here, timeout=1200
+    )
     return out, results, here
 
 
@@ -109,7 +111,7 @@ def test_demo_shows_the_accuracy_acceptance_trade_off(demo):
     accepts more but scores lower (its interval lies below 0); Cactus accepts more than SpS and its
     difference is consistent with 0; larger δ accepts more and strays further (target KL). Speedups come
     with their intervals."""
-    from cactus_bench import intervals
+    from cactus_bench.core import intervals
 
     out, results, env = demo
     spec = load_spec(ROOT / "sweeps" / "demo.yaml")
@@ -142,7 +144,7 @@ def test_demo_shows_the_accuracy_acceptance_trade_off(demo):
             assert low <= s["paired_speedup"] <= high
     table = out.stdout
     assert "speedup (paired)" in table and " ± " in table and " [" in table and "Δ score vs verifier" in table
-    fig = run([sys.executable, "-m", "cactus_bench.report", "figures", f"out={results / 'figures'}"], env)
+    fig = run([sys.executable, "-m", "cactus_bench.tools.report", "figures", f"out={results / 'figures'}"], env)
     assert "fig1_tradeoff_arith_tiny" in fig.stdout and "fig3_speedup_arith_tiny" in fig.stdout
 
 
@@ -179,7 +181,7 @@ def test_the_local_launcher_runs_two_shards_at_once(env):
     cmd = [
         sys.executable,
         "-m",
-        "cactus_bench.sweep",
+        "cactus_bench.tools.sweep",
         "sweeps/demo.yaml",
         "limit=4",
         "max_gen_toks=8",
@@ -216,7 +218,7 @@ def readme_command(prefix: str) -> list[str]:
 
 def test_readmes_lm_eval_command_runs_as_written(env):
     env, results = env
-    cmd = readme_command("python -m cactus_bench.lm_eval_cli run")
+    cmd = readme_command("python -m cactus_bench.app.lm_eval_cli run")
     out = run([sys.executable, *cmd[1:], "--output_path", str(results / "lm_eval")], env, timeout=1200)
     assert "cactus_arith" in out.stdout and "exact_match" in out.stdout
 
@@ -239,7 +241,9 @@ def test_the_demo_prints_the_same_numbers_under_every_cpu_kernel_level(demo, tmp
     narrow_results = tmp_path / "narrow"
     narrow_env = {**env, "ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}
     narrow_env["CACTUS_BENCH_RESULTS"] = str(narrow_results)
-    narrow = run([sys.executable, "-m", "cactus_bench.sweep", "sweeps/demo.yaml", "timing_sample=null"], narrow_env)
+    narrow = run(
+        [sys.executable, "-m", "cactus_bench.tools.sweep", "sweeps/demo.yaml", "timing_sample=null"], narrow_env
+    )
 
     def tokens(results):
         return {

@@ -99,7 +99,7 @@ def launch_array(launcher, job_overrides, initial_job_idx: int) -> list:
     """What `hydra_plugins.cactus_bench_launcher.SlurmLauncher.launch` does: submit the runs as one job array
     (submitit, with the launcher's parameters), wait for every job, and name together those that ended without
     finishing. SLURM missing or refusing the array is one paragraph (Hydra would print a traceback around it)."""
-    from .errors import fail
+    from cactus_bench.app.errors import fail
 
     try:
         require_slurm()

@@ -7,7 +7,8 @@ from functools import lru_cache
 
 from omegaconf import DictConfig, OmegaConf
 
-from .schema import CONF_DIR
+from cactus_bench.app import method_configs  # noqa: F401  (stores the method group Hydra composes from)
+from cactus_bench.app.schema import CONF_DIR
 
 
 def compose(overrides: tuple[str, ...]) -> DictConfig:

@@ -13,12 +13,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from ..benchmarks.base import KINDS
-from ..decode.api import DecodeSpec, ModelSpec, backend, backend_names
-from ..methods import Method, method_names
-from ..precision import DTYPES, resolve_device, resolved_dtypes
-from .identity import RunIdentity, pair_label
-from .schema import (
+from cactus_bench.adapters.benchmarks.base import KINDS
+from cactus_bench.app.identity import RunIdentity, pair_label
+from cactus_bench.app.schema import (
     CONF_DIR,
     RENAMED_SETTINGS,
     DataConfig,
@@ -31,6 +28,9 @@ from .schema import (
     TrackingConfig,
     renamed_message,
 )
+from cactus_bench.core.decode.api import DecodeSpec, ModelSpec, backend, backend_names
+from cactus_bench.core.methods import Method, method_names
+from cactus_bench.core.precision import DTYPES, resolve_device, resolved_dtypes
 
 TRACKERS = ("none", "wandb")
 

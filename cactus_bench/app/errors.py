@@ -59,7 +59,7 @@ def explain_composition(e: BaseException, overrides: list[str]) -> ConfigComposi
     from hydra.errors import HydraException, MissingConfigException
     from omegaconf.errors import ConfigAttributeError, ValidationError
 
-    from .schema import GROUPS, RENAMED_SETTINGS, RunConfig, renamed_message
+    from cactus_bench.app.schema import GROUPS, RENAMED_SETTINGS, RunConfig, renamed_message
 
     text, cause = str(e), e.__cause__
     if isinstance(e, MissingConfigException):

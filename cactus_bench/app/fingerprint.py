@@ -14,8 +14,8 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from ..embedded import PREFIX, default_cache_dir, folder_name
-from ..utils import write_text_atomic
+from cactus_bench.adapters.embedded import PREFIX, default_cache_dir, folder_name
+from cactus_bench.core.utils import write_text_atomic
 
 WEIGHT_FILES = ("*.safetensors", "*.bin", "*.gguf", "*.pt", "*.pth", "config.json")
 

@@ -23,11 +23,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from ..decode.api import backend
-from ..methods import BASELINE, Method
-from ..precision import resolved_dtypes
-from .fingerprint import weights_of
-from .schema import CONF_DIR
+from cactus_bench.app.fingerprint import weights_of
+from cactus_bench.app.schema import CONF_DIR
+from cactus_bench.core.decode.api import backend
+from cactus_bench.core.methods import BASELINE, Method
+from cactus_bench.core.precision import resolved_dtypes
 
 # the method of each reference run relative metrics compare with (metrics.REFERENCES): SpS, the verifier alone
 REFERENCE_METHODS = {"sps": "sps", "baseline": BASELINE}

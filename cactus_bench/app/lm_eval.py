@@ -6,7 +6,7 @@ kept per request.
 defaults are conf/'s: the pair's token budget, the paper's sampling):
 `pair=tiny,method=cactus,delta=0.75,m=10` or `drafter=<id or folder>,verifier=<id or folder>,...`; sampling
 keys (`temperature`, `top_k`, `top_p`) and pair keys (`dtype`, `device`, `revision`, `add_bos_token`) are
-accepted bare, any other unknown key is a rule parameter. `python -m cactus_bench.lm_eval_cli` is lm-eval's
+accepted bare, any other unknown key is a rule parameter. `python -m cactus_bench.app.lm_eval_cli` is lm-eval's
 CLI with this model registered and the project's tasks on its path.
 """
 
@@ -15,8 +15,8 @@ from __future__ import annotations
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
-from ..benchmarks.filters import remove_thinking
-from ..decode import Decoder, Request
+from cactus_bench.adapters.benchmarks.filters import remove_thinking
+from cactus_bench.core.decode import Decoder, Request
 
 PAIR_KEYS = ("drafter", "verifier", "dtype", "drafter_dtype", "verifier_dtype", "device", "revision", "add_bos_token")
 SAMPLING_KEYS = ("temperature", "top_k", "top_p")
@@ -117,9 +117,9 @@ def lm_eval_options(options: dict) -> dict:
 def decoder_of(model_args: dict) -> Decoder:
     """The decoder a run with these settings would use: composed, validated (one paragraph on a bad key,
     before any model loads) and built by the app."""
-    from .compose import compose
-    from .config import validate
-    from .run import get_decoder
+    from cactus_bench.app.compose import compose
+    from cactus_bench.app.config import validate
+    from cactus_bench.app.run import get_decoder
 
     args = {k: v for k, v in model_args.items() if v is not None}
     if "pair" not in args and "verifier" not in args:
@@ -133,7 +133,7 @@ def task_manager():
     of installed packages (`benchmarks.scoring.task_dirs`)."""
     from lm_eval.tasks import TaskManager
 
-    from ..benchmarks.scoring import task_dirs
+    from cactus_bench.adapters.benchmarks.scoring import task_dirs
 
     return TaskManager(include_path=task_dirs())
 

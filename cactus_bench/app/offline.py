@@ -11,7 +11,7 @@ import socket
 import sys
 from urllib.parse import urlparse
 
-from .schema import PROJECT_DIR
+from cactus_bench.app.schema import PROJECT_DIR
 
 log = logging.getLogger("cactus_bench")
 LOCAL_DATA = PROJECT_DIR.parent / "shared" / "data"  # the layout docs/usage.md documents (../shared/data)

@@ -12,19 +12,19 @@ from dataclasses import replace
 import torch
 from omegaconf import DictConfig
 
-from .. import metrics
-from ..benchmarks.base import Benchmark, make_benchmark
-from ..benchmarks.data import DataError
-from ..decode.api import Decoder, ModelLoadError, backend, build_decoder
-from ..embedded import resolve_model
-from ..models import PairUnavailable
-from ..timing_conditions import condition_class, describe
-from . import offline, timing
-from .config import RunSpec, validate
-from .progress import progress, shown
-from .store import RunStore, StoreError, read_timings
-from .summary import merge
-from .tracking import NullTracker, accepted_length_figure, make_tracker
+from cactus_bench.adapters.benchmarks.base import Benchmark, make_benchmark
+from cactus_bench.adapters.benchmarks.data import DataError
+from cactus_bench.adapters.embedded import resolve_model
+from cactus_bench.app import offline, timing
+from cactus_bench.app.config import RunSpec, validate
+from cactus_bench.app.progress import progress, shown
+from cactus_bench.app.store import RunStore, StoreError, read_timings
+from cactus_bench.app.summary import merge
+from cactus_bench.app.tracking import NullTracker, accepted_length_figure, make_tracker
+from cactus_bench.backends.hf.loader import PairUnavailable
+from cactus_bench.core import metrics
+from cactus_bench.core.decode.api import Decoder, ModelLoadError, backend, build_decoder
+from cactus_bench.core.metrics.timing_conditions import condition_class, describe
 
 log = logging.getLogger("cactus_bench")
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig
 
-from .. import metrics
-from ..benchmarks.base import KINDS, Kind
-from .identity import RunIdentity
-from .store import StoreError, read_samples
+from cactus_bench.adapters.benchmarks.base import KINDS, Kind
+from cactus_bench.app.identity import RunIdentity
+from cactus_bench.app.store import StoreError, read_samples
+from cactus_bench.core import metrics
 
 log = logging.getLogger("cactus_bench")
 

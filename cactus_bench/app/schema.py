@@ -188,6 +188,10 @@ def help_text() -> str:
     for group, what in GROUPS.items():
         options = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
         marked = " ".join(f"{o}*" if o == chosen.get(group) else o for o in options)
+        if group == "method":  # generated from the rules (app/method_configs.py), which need torch to list
+            marked = (
+                f"ar or a registered rule ({chosen[group]}*); `cactus-bench rules` lists them with their parameters"
+            )
         lines.append(f"  {group:<10} {what}")
         lines.append(f"  {'':<10}   {marked}")
     lines += ["", "Top-level keys (KEY=VALUE):"]

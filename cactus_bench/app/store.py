@@ -31,10 +31,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from ..utils import environment_info, write_text_atomic
-from .config import RunSpec, parse_shard
-from .identity import RunIdentity
-from .lock import RunLock
+from cactus_bench.app.config import RunSpec, parse_shard
+from cactus_bench.app.identity import RunIdentity
+from cactus_bench.app.lock import RunLock
+from cactus_bench.core.utils import environment_info, write_text_atomic
 
 log = logging.getLogger("cactus_bench")
 SAMPLES = re.compile(r"samples(\.shard-(\d+)-of-(\d+))?\.jsonl$")

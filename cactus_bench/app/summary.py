@@ -6,11 +6,11 @@ import logging
 
 from omegaconf import DictConfig
 
-from .. import metrics
-from ..benchmarks.base import Benchmark
-from .config import RunSpec
-from .identity import RunIdentity
-from .store import RunStore, StoreError, duplicated_items
+from cactus_bench.adapters.benchmarks.base import Benchmark
+from cactus_bench.app.config import RunSpec
+from cactus_bench.app.identity import RunIdentity
+from cactus_bench.app.store import RunStore, StoreError, duplicated_items
+from cactus_bench.core import metrics
 
 log = logging.getLogger("cactus_bench")
 
@@ -65,7 +65,7 @@ def relative_readings(cfg: DictConfig, samples: list[dict], ident: RunIdentity) 
     """The run's relative metrics (Δ score, Rej, speedups) against this setting's stored reference runs, read
     as the tables read them (`metrics.read`: a withheld value is left out, a caveat kept). Stored in the run's
     summary as of when it was written; tables recompute them on the items every cell shares."""
-    from .tracking import reference_samples
+    from cactus_bench.app.tracking import reference_samples
 
     refs, out = reference_samples(cfg, ident), {}
     for m in metrics.METRICS.values():

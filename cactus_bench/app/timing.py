@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from ..timing_conditions import condition_class
+from cactus_bench.core.metrics.timing_conditions import condition_class
 
 log = logging.getLogger("cactus_bench")
 PAIRED = ("paired_baseline_time", "paired_method_time", "paired_baseline_first", "paired_baseline_tokens")

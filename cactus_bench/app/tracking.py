@@ -7,7 +7,7 @@ histogram and a summary with the headline score, and Rej and speedup when their 
 verifier alone, same setting) are in the store. `method`, `delta`, `m`, `pair` and `data` are top-level
 config keys, so W&B's parallel coordinates and scatter panels work out of the box; runs are grouped by
 experiment (the sweep's name).
-`dashboards/wandb.yaml` describes the paper's figures as panels (`python -m cactus_bench.dashboard`).
+`dashboards/wandb.yaml` describes the paper's figures as panels (`python -m cactus_bench.tools.dashboard`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from .. import metrics
-from ..metrics import METRICS
-from .identity import RunIdentity
+from cactus_bench.app.identity import RunIdentity
+from cactus_bench.core import metrics
+from cactus_bench.core.metrics import METRICS
 
 EXTRA_SUMMARY_KEYS = ("score_stderr", "wall_time", "samples", "complete")
 SAMPLE_KEYS = ("accepted_length", "acceptance_rate", "prefix_acceptance", "target_kl", "output_kl", "tokens_per_s")
@@ -61,7 +61,7 @@ def wandb_config(cfg: DictConfig, ident: RunIdentity | None = None) -> dict:
 
 def reference_samples(cfg: DictConfig, ident: RunIdentity | None = None) -> dict[str, list[dict] | None]:
     """The samples of this setting's SpS and verifier-alone runs, when the store has them."""
-    from .runs import stored_references
+    from cactus_bench.app.runs import stored_references
 
     refs = stored_references(cfg.paths.runs, ident or RunIdentity.of(cfg))
     return {which: run.samples if run is not None else None for which, run in refs.items()}

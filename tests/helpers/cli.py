@@ -61,6 +61,6 @@ def one_paragraph(out) -> str:
 
 
 def score_cli(*args):
-    from cactus_bench.score import main
+    from cactus_bench.tools.score import main
 
-    return run_main(main, *args, prog="cactus_bench.score")
+    return run_main(main, *args, prog="cactus_bench.tools.score")

@@ -2,7 +2,7 @@
 
 import torch
 
-from cactus_bench.models import qwen3_shape, random_lm
+from cactus_bench.adapters.embedded.random_models import qwen3_shape, random_lm
 
 
 def tiny_qwen3(

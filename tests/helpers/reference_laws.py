@@ -1,6 +1,6 @@
 """Independent reference laws, written from methods.md §3 with plain Python floats and loops.
 
-They share no code with `cactus_bench.rules`, so agreement with `Rule.output_law` checks each rule's
+They share no code with `cactus_bench.core.rules`, so agreement with `Rule.output_law` checks each rule's
 formulas, not just the sampling machinery.
 """
 
@@ -121,3 +121,66 @@ def speccas_law(p, q, variant, alpha):
         tv = 0.5 * sum(abs(pi - qi) for pi, qi in zip(p, q))
         pi_ = list(p) if max(p) >= max(q) - alpha * tv else list(q)
     return general_identity_law(p, pi_)
+
+
+# --- each rule's reference law by its registered name, with the settings the oracle tests build it with ---
+# A new rule adds one entry here; every oracle, kernel and decode test then covers it (and a registered rule
+# without an entry fails `test_every_registered_rule_is_covered`).
+LAWS = {}
+
+
+def law(name, *settings):
+    """Register `fn(p, q, params, rule) -> law` (float lists) as rule `name`'s reference, tested at `settings`."""
+
+    def deco(fn):
+        LAWS[name] = (fn, list(settings))
+        return fn
+
+    return deco
+
+
+@law("sps", {})
+def _sps(p, q, params, rule):
+    return general_identity_law(p, q)
+
+
+@law("cactus", {"delta": 0.75}, {"delta": 0.0})
+def _cactus(p, q, params, rule):
+    return cactus_law(p, q, lambda qn: cactus_gamma(qn, params["delta"]))
+
+
+@law("cactus_exact", {"delta": 0.5})
+def _cactus_exact(p, q, params, rule):
+    return cactus_law(p, q, lambda qn: cactus_exact_gamma(qn, params["delta"]))
+
+
+@law("tas", {}, {"epsilon": 0.3, "recovery": "sample"})
+def _tas(p, q, params, rule):
+    return tas_law(p, q, params.get("epsilon", 0.09), None, params.get("recovery", "argmax"))
+
+
+@law("topk", {"k": 3}, {"k": 8, "require_support": True})
+def _topk(p, q, params, rule):
+    return topk_law(p, q, params["k"], params.get("require_support", False))
+
+
+@law("interp", {"alpha": 0.4})
+def _interp(p, q, params, rule):
+    return interp_law(p, q, params["alpha"])
+
+
+@law("mentored", {"divergence": 0.05})
+def _mentored(p, q, params, rule):  # β is the rule's (its budget is tested on its own)
+    import torch
+
+    t = {"dtype": torch.float64}
+    return mentored_law(p, q, float(rule.beta(torch.tensor(p, **t), torch.tensor(q, **t))))
+
+
+@law("speccas", {"variant": "token_v3", "alpha": 0.5}, {"variant": "opt", "alpha": 0.3})
+def _speccas(p, q, params, rule):
+    return speccas_law(p, q, params["variant"], params["alpha"])
+
+
+# every rule with the settings its law is tested at, as built by name
+CONFIGS = [(name, params) for name, (_, settings) in LAWS.items() for params in settings]

@@ -1,26 +1,9 @@
-"""Every rule configuration the oracle tests cover, and the negative controls: realistic bugs wrapped
-around a correct rule, which the statistical tests must reject."""
+"""The negative controls: realistic bugs wrapped around a correct rule, which the statistical tests must
+reject."""
 
 import torch
 
-from cactus_bench.rules.base import Rule
-
-# Every rule with its non-default settings, as built by name.
-CONFIGS = [
-    ("sps", {}),
-    ("cactus", {"delta": 0.75}),
-    ("cactus", {"delta": 0.0}),
-    ("cactus_exact", {"delta": 0.5}),
-    ("tas", {}),
-    ("tas", {"epsilon": 0.3, "recovery": "sample"}),
-    ("topk", {"k": 3}),
-    ("topk", {"k": 8, "require_support": True}),
-    ("interp", {"alpha": 0.4}),
-    ("mentored", {"divergence": 0.05}),
-    ("speccas", {"variant": "token_v3", "alpha": 0.5}),
-    ("speccas", {"variant": "opt", "alpha": 0.3}),
-]
-
+from cactus_bench.core.rules.base import Rule
 
 # --- negative controls: each a realistic bug; the same tests must reject it ----------------------------
 

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from cactus_bench.adapters.benchmarks.task import TaskBenchmark
 from cactus_bench.app import run as run_mod
-from cactus_bench.benchmarks.task import TaskBenchmark
-from cactus_bench.report import load_spec
+from cactus_bench.tools.report import load_spec
 
 from .configs import cfg_of
 

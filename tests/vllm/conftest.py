@@ -7,12 +7,12 @@ import json
 import pytest
 import torch
 
+from cactus_bench.adapters.embedded.smollm2 import ensure_smollm2
 from cactus_bench.app import run as run_mod
 from cactus_bench.app.compose import compose
-from cactus_bench.decode.backends.vllm import decoder as vdecoder
-from cactus_bench.decode.backends.vllm import plugin
-from cactus_bench.embedded.smollm2 import ensure_smollm2
-from cactus_bench.models import load_pair
+from cactus_bench.backends.hf.loader import load_pair
+from cactus_bench.backends.vllm import decoder as vdecoder
+from cactus_bench.backends.vllm import plugin
 
 from .engines import BASE
 

@@ -5,11 +5,11 @@ through an engine directly."""
 from vllm import SamplingParams
 from vllm.inputs import TokensPrompt
 
+from cactus_bench.adapters.embedded import resolve_model
 from cactus_bench.app import config
 from cactus_bench.app.compose import compose
-from cactus_bench.decode.backends.vllm import decoder as vdecoder
-from cactus_bench.decode.backends.vllm import plugin
-from cactus_bench.embedded import resolve_model
+from cactus_bench.backends.vllm import decoder as vdecoder
+from cactus_bench.backends.vllm import plugin
 
 # one engine of each kind serves every test (engine start-up is most of this tier's time)
 BASE = (

@@ -10,10 +10,10 @@ from vllm.inputs import TokensPrompt
 from vllm.v1.sample import rejection_sampler
 from vllm.v1.sample.metadata import SamplingMetadata
 
-from cactus_bench.decode.backends.vllm import decoder as vdecoder
-from cactus_bench.decode.backends.vllm import plugin
-from cactus_bench.decode.warp import Warper
-from cactus_bench.rules import RULES, Rule, build_rule
+from cactus_bench.backends.vllm import decoder as vdecoder
+from cactus_bench.backends.vllm import plugin
+from cactus_bench.core.decode.warp import Warper
+from cactus_bench.core.rules import RULES, Rule, build_rule
 
 from ..helpers.stats import P_THRESHOLD, g_test_pvalue
 from .engines import PROMPT, SAMPLED, decode, llm
@@ -224,7 +224,7 @@ def test_both_backends_count_greedy_rounds_by_the_one_definition(pair):
     rounds (drafted, accepted, emitted) are what the one definition gives from the drafter's own argmaxes,
     with vLLM's first round a token later (its prefill writes the first). Before, vLLM counted its prefill
     as a call with no drafts (AL and τ about 1/R lower) and drafts past a drafted EOS and the budget."""
-    from cactus_bench.decode import speculative_generate
+    from cactus_bench.core.decode import speculative_generate
 
     engine = llm("method=sps")
     eos = set(pair.eos_token_id)

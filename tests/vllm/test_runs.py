@@ -28,7 +28,7 @@ def test_al_and_score_agree_between_backends(runs):
     backends differ by less than 4 standard errors of their paired mean (AL is noisy at this size: a 95 %
     interval misses 0 one seed in twenty; a broken acceptance step moves AL by far more), the scores agree
     within their paired interval, and every sample carries the same statistics."""
-    from cactus_bench import intervals
+    from cactus_bench.core import intervals
 
     short = ("data=ifeval", "limit=8", "max_gen_toks=48", "method=cactus", "delta=0.75")
     summary_v, vllm_samples = runs(*short)

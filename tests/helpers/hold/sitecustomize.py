@@ -10,7 +10,7 @@ import os
 import sys
 import time
 
-TARGET = "cactus_bench.benchmarks.task"
+TARGET = "cactus_bench.adapters.benchmarks.task"
 
 
 def _signalled() -> bool:

@@ -3,8 +3,8 @@ hash) and made-up rounds, so a test can drive the whole app through a backend th
 
 import hashlib
 
-from cactus_bench.decode.api import BACKENDS, Backend, Generation
-from cactus_bench.decode.stats import GenerationOutput, Rounds
+from cactus_bench.core.decode.api import BACKENDS, Backend, Generation
+from cactus_bench.core.decode.stats import GenerationOutput, Rounds
 
 
 class CannedDecoder:

@@ -1,4 +1,4 @@
-from cactus_bench.metrics import pooled_metric
+from cactus_bench.core.metrics import pooled_metric
 
 
 @pooled_metric("drafts/call", "{:.2f}", ratio=("drafted", "verifier_calls"), better="neither")

@@ -1,5 +1,5 @@
-from cactus_bench.rules import Rule, register
-from cactus_bench.rules.base import gather_last, general_accept
+from cactus_bench.core.rules import Rule, register
+from cactus_bench.core.rules.base import gather_last, general_accept
 
 
 @register("half_sps")

@@ -1,0 +1,275 @@
+"""`VLLMDecoder`: requests through a vLLM engine, each with the run's rule (plugin.py) and its own seed.
+
+One engine per process and configuration (`_ENGINES`), reused across rules and runs: the rule travels with
+each request (`SamplingParams.extra_args`), so a sweep over rules starts vLLM once per pair. The engine runs
+in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`) unless the verifier is spread over several GPUs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+
+import torch
+
+from cactus_bench.backends.hf.backend import cut_at_stop, reply_text
+from cactus_bench.backends.vllm import plugin
+from cactus_bench.core.decode.api import DecodeSpec, Generation, ModelLoadError, ModelSpec, Request, stable_seed
+from cactus_bench.core.decode.stats import (
+    GenerationOutput,
+    Rounds,
+    counted,
+    counted_drafts,
+    draft_budget,
+    round_columns,
+)
+from cactus_bench.core.precision import dtype_name
+
+log = logging.getLogger("cactus_bench")
+# the engines in memory, one per kind (speculative, verifier alone: a paired run times both):
+# kind -> (key, LLM, its maximum number of sequences)
+_ENGINES: dict[bool, tuple[tuple, object, int]] = {}
+
+
+def _environment(tensor_parallel: int) -> None:
+    """vLLM's sockets and caches in a temporary folder (it otherwise leaves them in /tmp and ~/.cache), and
+    the engine in this process when it needs no worker processes."""
+    if "VLLM_RPC_BASE_PATH" not in os.environ:  # once per process
+        scratch = tempfile.mkdtemp(prefix="cactus-vllm-")
+        os.environ["VLLM_RPC_BASE_PATH"] = scratch
+        os.environ.setdefault("VLLM_CACHE_ROOT", os.path.join(scratch, "cache"))
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # keep the run's torch threads
+    if tensor_parallel == 1:
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+
+def engine(models: ModelSpec, spec: DecodeSpec, drafter: str | None):
+    """The vLLM engine for these models (the drafter as its draft model; None: the verifier alone)."""
+    import torch
+
+    s = spec.settings
+    on_gpu = torch.cuda.is_available() and models.device != "cpu"
+    name = spec.engine if spec.engine != "auto" else ("compiled" if on_gpu else "eager")
+    m = spec.method.m if drafter else 0
+    # what `auto` means in this project (a run's identity holds it): bfloat16 on CUDA, float32 on a CPU; vLLM's
+    # own `auto` would take the checkpoint's dtype instead
+    dtype = dtype_name(models.verifier_dtype or models.dtype, "cuda" if on_gpu else "cpu")
+    kv = s.get("kv_cache_gib")
+    rows = 256 if spec.batch_size == "auto" else int(spec.batch_size)  # auto: vLLM's scheduler fills memory
+    key = (models.verifier, drafter, dtype, name, m, models.tensor_parallel_size, kv, s.get("max_model_len"))
+    kind = drafter is not None
+    if kind in _ENGINES and _ENGINES[kind][0] == key and _ENGINES[kind][2] >= rows:
+        return _ENGINES[kind][1]  # a timing sample at batch size 1 reuses the batched run's engine
+    _environment(models.tensor_parallel_size)
+    from vllm import LLM
+
+    options: dict = {
+        "model": models.verifier,
+        "tokenizer": models.verifier,
+        "revision": models.revision,
+        "dtype": dtype,
+        "seed": spec.seed,
+        "enforce_eager": name == "eager",
+        "max_model_len": s.get("max_model_len") or 4096 + spec.max_new_tokens + m + 1,
+        "max_num_seqs": rows,
+        "tensor_parallel_size": models.tensor_parallel_size,
+        "async_scheduling": False,  # rounds are read at each step: the engine must not run a step ahead
+        "disable_log_stats": True,
+    }
+    if kv is not None:
+        options["kv_cache_memory_bytes"] = int(kv * 2**30)
+    if drafter:
+        options["speculative_config"] = {
+            "method": "draft_model",
+            "model": drafter,
+            "num_speculative_tokens": m,
+            "draft_sample_method": "probabilistic",  # vLLM's default, greedy, would treat p as one-hot
+        }
+    _ENGINES.pop(kind, None)  # free the engine this one replaces before starting it
+    start = time.perf_counter()
+    try:
+        llm = LLM(**options)
+    except (OSError, ValueError, RuntimeError) as e:
+        raise ModelLoadError(
+            f"vLLM could not start with {drafter + ' + ' if drafter else ''}{models.verifier}: {e}"
+        ) from e
+    hooks = llm.collective_rpc(plugin.installed)
+    if not all(hooks):
+        raise ModelLoadError(
+            "vLLM started without cactus_bench's plugin (entry point vllm.general_plugins): reinstall this package "
+            f"into vLLM's environment (`pip install -e .`), with vLLM {plugin.VLLM_VERSION} exactly"
+        )
+    log.info(
+        "vLLM %s engine started in %.0fs (%s)",
+        name,
+        time.perf_counter() - start,
+        "speculative" if drafter else "verifier alone",
+    )
+    _ENGINES[kind] = (key, llm, rows)
+    return llm
+
+
+class VLLMDecoder:
+    """Decodes requests through vLLM's scheduler, `batch_size` at a time (its maximum number of sequences);
+    at batch size 1 each request is decoded and timed alone."""
+
+    def __init__(self, models: ModelSpec, spec: DecodeSpec):
+        import torch
+
+        if spec.method.rule is not None and spec.method.rule.needs_raw:
+            plugin.rule_of({"rule": spec.method.name, "params": spec.method.params})  # raises its paragraph
+        self.models, self.spec = models, spec
+        self.llm = engine(models, spec, models.drafter if spec.method.uses_drafter else None)
+        self.tokenizer = self.llm.get_tokenizer()
+        self.device = "cuda:0" if torch.cuda.is_available() and models.device != "cpu" else "cpu"
+        eos = self.llm.llm_engine.model_config.hf_config.eos_token_id
+        self.eos = set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.eos_token_id}
+
+    @property
+    def tokenizer_name(self) -> str:
+        return self.models.verifier.replace("/", "__")
+
+    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        text = self.tokenizer.apply_chat_template(
+            chat_history, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+        assert isinstance(text, str)
+        return text
+
+    def _params(self, req: Request, tag: str):
+        from vllm import SamplingParams
+
+        s, method = self.spec, self.spec.method
+        extra = None
+        if method.uses_drafter:
+            extra = plugin.request_settings(method.name, method.params, s.settings["drafter_warp"], tag)
+        return SamplingParams(
+            temperature=s.temperature,
+            top_k=s.top_k,
+            top_p=s.top_p,
+            max_tokens=req.max_new_tokens or s.max_new_tokens,
+            seed=stable_seed(s.seed, req.key) % 2**63,
+            stop=[x for x in req.stop if x] or None,
+            skip_special_tokens=False,
+            extra_args=extra,
+        )
+
+    def generate(self, requests: Sequence[Request]) -> Iterator[Generation]:
+        from vllm.inputs import TokensPrompt
+
+        step = len(requests) if self.spec.batch_size == "auto" else int(self.spec.batch_size)  # at once
+        for i in range(0, len(requests), step):
+            chunk = requests[i : i + step]
+            tags = [f"{uuid.uuid4().hex}-{j}" for j in range(len(chunk))]
+            prompts = [TokensPrompt(prompt_token_ids=self._ids(r)) for r in chunk]
+            params = [self._params(r, t) for r, t in zip(chunk, tags)]
+            start = time.perf_counter()
+            outs = self.llm.generate(prompts, params, use_tqdm=False)
+            wall = time.perf_counter() - start  # batched: the batch's time, as a batched row's in the hf engine
+            rounds = (
+                self.llm.collective_rpc(plugin.take_rounds, args=(tags,))[0] if self.spec.method.uses_drafter else {}
+            )
+            for req, tag, out, param in zip(chunk, tags, outs, params):
+                completion = out.outputs[0]
+                tokens = list(completion.token_ids)
+                reason = _stop_reason(completion, tokens, self.eos)
+                recorded = rounds.get(tag, [])
+                if self.spec.method.uses_drafter and len(tokens) > 1 and not recorded:
+                    what = f"no acceptance step was recorded for a reply of {len(tokens)} tokens"
+                    raise RuntimeError(plugin.unexpected("the front end", what))
+                output = GenerationOutput(
+                    tokens,
+                    build_rounds(recorded, len(tokens), param.max_tokens, self.eos, wall),
+                    0.0,
+                    wall,
+                    reason,
+                    has_kl=self.spec.method.uses_drafter and any(r[3] is not None for r in recorded),
+                )
+                raw = reply_text(self.tokenizer, output)
+                yield Generation(req, output, cut_at_stop(raw, req.stop), raw)
+
+    def _ids(self, req: Request) -> list[int]:
+        if isinstance(req.prompt, str):
+            return self.tokenizer(req.prompt, add_special_tokens=self.spec.add_bos_token)["input_ids"]
+        return list(req.prompt)
+
+
+def _stop_reason(completion, tokens: list[int], eos: set[int]) -> str:
+    if completion.finish_reason == "length":
+        return "length"
+    return "eos" if tokens and tokens[-1] in eos and completion.stop_reason is None else "stop"
+
+
+def build_rounds(recorded: list[list], n_tokens: int, max_tokens: int, eos: set[int], wall: float) -> Rounds:
+    """A generation's rounds from the plugin's record of its drafting steps (`plugin.ROUND_FIELDS`), counted
+    by the definition every backend uses (`stats.round_columns`): the drafts up to the first drafted EOS and
+    the room the token budget left (vLLM drafts and tests all m past both; the transformers engine stops
+    there), the KLs over the positions decided within them. A round is a call of the acceptance step: the
+    prefill's token is not one (the transformers engine verifies the prompt's last token in its first round
+    instead), and a step without drafts between two recorded ones is a call that emitted one token. The last
+    round is cut where the generation stopped. Times: vLLM does not split a step into drafting and verifying,
+    so beyond the acceptance step's own time (t_rule) a generation's time is t_other."""
+    rounds = Rounds()
+    zero = dict(
+        drafted=0,
+        accepted=0,
+        accepted_any=0,
+        emitted=1,
+        t_draft=0.0,
+        t_verify=0.0,
+        t_rule=0.0,
+        t_other=0.0,
+        kl_sum=0.0,
+        kl_count=0,
+        out_kl_sum=0.0,
+        out_kl_count=0,
+        out_kl_skipped=0,
+    )
+    done = min(1, n_tokens)  # the prefill's token
+    for before, drafts, passes, kl, out_kl, fits, t_rule in recorded:
+        before = int(before)
+        for _ in range(before - done):
+            rounds.add(**zero)
+        m = len(drafts)
+        through_eos = next((j + 1 for j, t in enumerate(drafts) if t in eos), m)
+        budget = torch.tensor([draft_budget(m, max_tokens - before)])
+        n_drafts = counted_drafts(budget, torch.tensor([through_eos]))
+        c = counted(
+            round_columns(
+                torch.tensor([passes]),
+                n_drafts,
+                None if kl is None else torch.tensor([kl]),
+                torch.tensor([out_kl]),
+                torch.tensor([fits], dtype=torch.bool),
+            )[0].tolist()
+        )
+        emitted = min(int(c["accepted"]) + 1, n_tokens - before)  # the generation may stop inside this round
+        rounds.add(
+            drafted=int(c["drafted"]),
+            accepted=min(int(c["accepted"]), emitted),
+            accepted_any=int(c["accepted_any"]),
+            emitted=emitted,
+            t_draft=0.0,
+            t_verify=0.0,
+            t_rule=t_rule,
+            t_other=0.0,
+            kl_sum=c["kl_sum"],
+            kl_count=int(c["kl_count"]) if kl is not None else 0,
+            out_kl_sum=c["out_kl_sum"],
+            out_kl_count=int(c["out_kl_count"]),
+            out_kl_skipped=int(c["out_kl_skipped"]),
+        )
+        done = before + emitted
+    for _ in range(n_tokens - done):
+        rounds.add(**zero)
+    if rounds.t_other:
+        rounds.t_other[-1] = max(wall - sum(rounds.t_rule), 0.0)
+    return rounds
+
+
+def decoder(models: ModelSpec, spec: DecodeSpec) -> VLLMDecoder:
+    return VLLMDecoder(models, spec)

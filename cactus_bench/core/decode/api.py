@@ -1,0 +1,210 @@
+"""The decoder interface: what the app, lm-eval's adapter and the benchmarks ask of a decode backend.
+
+A `Decoder` turns a list of `Request`s into `Generation`s, yielded as each finishes (so a run can store
+samples as they come, whatever order a batched backend finishes them in), and says where it decodes and
+how prompts are templated. A `Backend` (registered in `BACKENDS`) owns its models: `build_decoder(models,
+spec)` hands it the names of the drafter and verifier (`ModelSpec`) and the one `DecodeSpec` of the run,
+and it loads (or reuses) what it needs. Nothing above this interface loads or touches a model.
+
+Every request's random stream is seeded from the run seed and the request's key (`stable_seed`), so an
+item's tokens do not depend on the order, the sharding or the resume of a run, and two methods decode
+an item from the same random numbers.
+
+A new backend is one module calling `BACKENDS.add("name", Backend(...))` (registration checks it is a
+`Backend` with engines and priced GPU engines), named in a `cactus_bench.backends` entry point: the built-in
+ones (`cactus_bench/backends/`) in this project's pyproject.toml, an outside one in its package's.
+`engine.backend=<name>` selects it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Protocol
+
+from cactus_bench.core.decode.stats import GenerationOutput
+from cactus_bench.core.registry import Registry
+
+if TYPE_CHECKING:
+    from cactus_bench.core.methods import Method
+
+
+@dataclass(frozen=True)
+class Request:
+    """One generation: a prompt (text, tokenised by the decoder, or token ids), the key of its random
+    stream, the strings that end it, and its token budget (None: the decoder's)."""
+
+    prompt: str | tuple[int, ...]
+    key: Hashable
+    stop: tuple[str, ...] = ()
+    max_new_tokens: int | None = None
+
+
+@dataclass
+class Generation:
+    request: Request
+    output: GenerationOutput  # tokens, rounds, times, why it stopped
+    text: str  # the reply cut at its first stop string (lm-eval's convention); thinking kept
+    raw_text: str  # everything the model emitted, decoded
+    paired: dict | None = None  # paired timing: the verifier alone's decode of the same request, timed beside
+
+    def stats(self) -> dict:
+        """The decode's statistics (`GenerationOutput.summary`), with the paired times where there are any."""
+        return self.output.summary() | (self.paired or {})
+
+
+class Decoder(Protocol):
+    device: str  # where it decodes ("cpu", "cuda:0", ...): the timing conditions a sample is stored under
+
+    def generate(self, requests: Sequence[Request]) -> Iterator[Generation]:
+        """Decode every request; yield each generation as it finishes."""
+
+    @property
+    def tokenizer_name(self) -> str:
+        """The name lm-eval files chat-templated prompts under."""
+
+    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        """A chat as the verifier's prompt text."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The models a backend loads, by name (hub ids, local folders, GGUF files), and how (`conf/pair/`)."""
+
+    verifier: str
+    drafter: str | None  # None: the verifier alone, which never loads a drafter
+    dtype: str
+    drafter_dtype: str | None
+    verifier_dtype: str | None
+    device: str
+    verifier_device_map: str | dict | None
+    revision: str | None
+    tensor_parallel_size: int = 1  # GPUs the verifier is spread over by a backend that shards (vllm)
+
+
+@dataclass(frozen=True)
+class DecodeSpec:
+    """Everything a decode depends on besides the models, fixed once per run and built in one place
+    (`app.config.decode_spec`); its defaults live in `conf/`, not here."""
+
+    method: Method
+    max_new_tokens: int
+    temperature: float
+    top_k: int
+    top_p: float
+    seed: int  # the run seed: request streams are seeded from (seed, request.key)
+    add_bos_token: bool  # prepend BOS to text prompts (lm-eval does for Gemma)
+    backend: str
+    engine: str  # the backend's engine option (hf: eager | fast | auto)
+    batch_size: int | str  # requests decoded at once; auto: as many as fit the device's memory
+    paired_timing: bool = False  # also decode each request with the verifier alone, back to back
+    settings: dict = field(default_factory=dict)  # the backend's own settings (conf/engine: engine.* but backend, name)
+    options: dict = field(default_factory=dict, compare=False)  # backend extras for benchmarks (a forward timer)
+
+    def verifier_alone(self) -> DecodeSpec:
+        from cactus_bench.core.methods import BASELINE, Method
+
+        return replace(self, method=Method(BASELINE), paired_timing=False)
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A decode backend as the app, `plan` and config validation see it."""
+
+    load: Callable[[ModelSpec, DecodeSpec], Decoder]  # builds a decoder, loading (or reusing) the models
+    engines: tuple[str, ...]  # the values engine.name may take
+    devices: tuple[str, ...]  # the device kinds it decodes on (cpu, cuda, ...)
+    # plan's cost model: the engine each engine.name runs on a GPU, and that engine's launch floor per layer
+    # (seconds a forward costs beyond its memory and compute time)
+    gpu_engine: dict[str, str] = field(default_factory=dict)
+    launch_s_per_layer: dict[str, float] = field(default_factory=dict)
+    # what of these models is not here, each with its fix, before anything loads (a run offline names every
+    # missing model and dataset at once); None: the backend cannot tell before loading
+    missing: Callable[[ModelSpec], list[str]] | None = None
+    # why the backend cannot run on this machine (its engine package is not installed: what to install), as
+    # one paragraph, checked with the config before anything loads; None: it can
+    unavailable: Callable[[], str | None] | None = None
+    startup_s: dict[str, float] = field(default_factory=dict)  # plan's cost model: seconds to start an engine
+    # the backend's settings (`engine.settings.*`) that change the law of a sample's tokens: part of a run's
+    # identity; and a check of all its settings, raising a ValueError that names the key (None: it has none)
+    law_settings: tuple[str, ...] = ()
+    tensor_parallel: bool = False  # it can shard a verifier over pair.tensor_parallel_size GPUs
+    check_settings: Callable[[dict], None] | None = None
+
+
+def _check_backend(name: str, backend: Backend) -> None:
+    if not isinstance(backend, Backend):
+        raise TypeError(f"decode backend {name!r}: register a decode.api.Backend, not {type(backend).__name__}")
+    if not backend.engines:
+        raise ValueError(f"decode backend {name!r} names no engine")
+    unpriced = [e for e in backend.gpu_engine.values() if e not in backend.launch_s_per_layer]
+    if unpriced:
+        raise ValueError(f"decode backend {name!r}: GPU engine(s) {unpriced} have no launch_s_per_layer")
+
+
+BACKENDS: Registry[Backend] = Registry("decode backend", _check_backend, group="cactus_bench.backends")
+
+
+def backend(name: str) -> Backend:
+    """The backend registered as `name` (built-in and installed packages' backends, all by entry point)."""
+    return BACKENDS.get(name)
+
+
+def backend_names() -> list[str]:
+    return BACKENDS.names()
+
+
+class ModelLoadError(RuntimeError):
+    """A backend could not load its models; the message names the models and the key to change."""
+
+
+def build_decoder(models: ModelSpec, spec: DecodeSpec) -> Decoder:
+    """The spec's backend's decoder; with paired timing, each request is decoded by the verifier alone too,
+    back to back (`PairedDecoder`)."""
+    load = backend(spec.backend).load
+    decoder = load(models, spec)
+    if spec.paired_timing and spec.method.uses_drafter:
+        return PairedDecoder(decoder, load(replace(models, drafter=None), spec.verifier_alone()))
+    return decoder
+
+
+class PairedDecoder:
+    """Each request decoded by the method and by the verifier alone back to back, alternating which goes
+    first, from the same seed the verifier-alone run uses (so the baseline decode is that run's decode of
+    the request, timed again beside the method's). A busy machine then slows both alike."""
+
+    def __init__(self, method: Decoder, baseline: Decoder):
+        self.method, self.baseline = method, baseline
+        self.device = method.device
+        self._pairs = 0  # paired requests so far: even ones time the verifier alone first
+
+    def generate(self, requests: Sequence[Request]) -> Iterator[Generation]:
+        for req in requests:
+            baseline_first = self._pairs % 2 == 0
+            self._pairs += 1
+            if baseline_first:
+                base = next(self.baseline.generate([req]))
+                gen = next(self.method.generate([req]))
+            else:
+                gen = next(self.method.generate([req]))
+                base = next(self.baseline.generate([req]))
+            gen.paired = {
+                "paired_baseline_time": base.output.wall_time,
+                "paired_method_time": gen.output.wall_time,
+                "paired_baseline_first": baseline_first,
+                "paired_baseline_tokens": len(base.output.tokens),
+            }
+            yield gen
+
+    @property
+    def tokenizer_name(self) -> str:
+        return self.method.tokenizer_name
+
+    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        return self.method.apply_chat_template(chat_history, add_generation_prompt)
+
+
+def stable_seed(*parts) -> int:
+    """A seed from the run seed and a request key, stable across processes (Python's hash is salted)."""
+    return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:8], "little") & (2**63 - 1)

@@ -1,0 +1,400 @@
+"""The decode loops (methods.md §2) over B rows at once, with continuous refill.
+
+Every row is one request with its own committed tokens, cache positions, random stream, budget, EOS and
+stop strings. A speculative round, for all rows together:
+
+  draft   m drafter steps: the first feeds what the drafter's cache lacks (the last committed token after a
+          rejection; the last two after a fully accepted round or the prompt: then rows lacking one rewrite
+          their second to last, so one shape serves every row), the rest one token each; p_j is warped, d_j
+          sampled with the row's uniform. Every row drafts m tokens; a row's draft counts up to its first
+          EOS and its token budget (decided on the device: the law of what is kept is that of drafting one
+          token at a time and stopping there). Only in a round where no row's budget reaches m (the end of a
+          sequence) are fewer steps taken: the most any row can use (the rest of the shapes stay m's).
+  verify  one verifier forward over each row's last committed token + its m drafts: q_1..q_{m+1}.
+  accept  the rule decides every row at once (`Rule.verify` with n_drafts and the row's uniforms).
+  commit  the round's one host read: emitted tokens, accept counts, KL; rows commit their tokens, cut at
+          EOS or the budget, and check stop strings. Rollback is setting positions for the next round.
+
+When a row finishes, the next request takes its slot (its own prefill), so a long reply does not idle the
+batch. Each row draws 2m + 1 uniforms per round from its own generator (m drafts, m accept tests, one
+sample), whatever the batch size, so an item's tokens have the same law, and the same random numbers, at
+any B: batched and unbatched runs differ only by floating-point rounding in batched matmuls. The
+verifier-alone loop is the same with no drafter: one token per step for every row.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Callable, Collection, Iterator, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from cactus_bench.core.decode import graphs, memory
+from cactus_bench.core.decode.cache import ModelRunner, buckets_between, capacity_for, device_of, on, to_device
+from cactus_bench.core.decode.jobs import EngineOptions, Job, PhaseClock, RoundPlan, Row, cut_tokens
+from cactus_bench.core.decode.output_kl import output_kl, support_for
+from cactus_bench.core.decode.stats import (
+    GenerationOutput,
+    counted,
+    counted_drafts,
+    draft_budget,
+    round_columns,
+    through_eos,
+)
+from cactus_bench.core.decode.warp import Warper
+from cactus_bench.core.rules import Rule, build_rule
+
+AR_BLOCK = 32  # the verifier-alone loop draws its uniforms in blocks of this many tokens per row
+log = logging.getLogger("cactus_bench")
+DEFAULT_OPTIONS = EngineOptions()
+
+
+class Engine:
+    """Decodes jobs with a rule (speculative) or with the verifier alone (`rule=None`, no drafter)."""
+
+    def __init__(
+        self,
+        verifier,
+        drafter=None,
+        rule: Rule | None = None,
+        m: int = 0,
+        warper: Warper | None = None,
+        vocab: int | None = None,
+        eos: Collection[int] = frozenset(),
+        options: EngineOptions = DEFAULT_OPTIONS,
+    ):
+        if rule is not None and (drafter is None or m < 1):
+            raise ValueError("speculative decoding needs a drafter and m >= 1")
+        self.warp, self.eos, self.options = warper or Warper(), set(eos), options
+        if rule is not None and self.warp.greedy:  # at T = 0 every rule is exact-match acceptance: SpS's
+            rule = build_rule("sps")
+        self.verifier, self.drafter, self.rule, self.m = verifier, drafter, rule, m
+        sizes = [verifier.config.vocab_size] + ([drafter.config.vocab_size] if drafter is not None else [])
+        self.vocab = vocab or min(sizes)  # the verifier alone must sample the same vocabulary as a pair
+        self.device = device_of(verifier)
+        self.eos_ids = torch.tensor(sorted(self.eos), dtype=torch.long, device=self.device)
+        self.support = support_for(self.warp.top_k, self.warp.greedy)
+        self.on_round: Callable[[Engine, list[Row | None]], None] | None = None  # after each round (tests)
+        self._warm: set[tuple[int, int]] = set()  # (rows, key bucket) whose graphs are compiled
+
+    # --- running jobs --------------------------------------------------------------------------------
+    def run(self, jobs: Sequence[Job]) -> Iterator[tuple[Job, GenerationOutput]]:
+        """Decode every job; yield each (job, output) as it finishes (B at a time, refilling slots)."""
+        if not jobs:
+            return
+        for job in jobs:
+            self._check(job)
+        lookahead = self.m + 1 if self.rule is not None else 0
+        capacity = capacity_for(max(len(j.prompt) + j.max_new_tokens for j in jobs) + lookahead + 1)
+        if self.options.batch_size == "auto":
+            models = [self.verifier] + ([self.drafter] if self.rule is not None else [])
+            rows = memory.rows_for(models, capacity, lookahead, self.vocab, max(len(j.prompt) for j in jobs))
+        else:
+            rows = int(self.options.batch_size)
+        rows = min(rows, len(jobs))
+        timer, compile = self.options.forward_timer, self.options.compile
+        self.vm = ModelRunner(self.verifier, rows, capacity, compile, timer)
+        self.dm = ModelRunner(self.drafter, rows, capacity, compile, timer) if self.rule is not None else None
+        if compile:
+            shortest = min(len(j.prompt) for j in jobs)
+            log.info(
+                "compiling the decode forwards (%s) before the first item: %s",
+                compile,
+                self.graph_plan(shortest, capacity),
+            )
+            if self.options.warm_up:
+                self._warm_up(rows, shortest, capacity)
+        queue = list(jobs)
+        slots: list[Row | None] = [None] * rows
+        with torch.inference_mode():
+            while True:
+                free = [b for b in range(rows) if slots[b] is None][: len(queue)]
+                if free:  # continuous refill: free slots take the next jobs (one prefill for all of them)
+                    for b, admitted in zip(free, self._admit(free, [queue.pop(0) for _ in free])):
+                        slots[b] = admitted
+                if all(r is None for r in slots):
+                    return
+                finished = self._round(slots) if self.rule is not None else self._ar_step(slots)
+                if self.on_round is not None:
+                    self.on_round(self, slots)
+                for b, reason in finished:
+                    row = slots[b]
+                    assert row is not None  # a finished slot held a row
+                    slots[b] = None
+                    out = GenerationOutput(
+                        row.generated,
+                        row.rounds,
+                        row.prefill,
+                        time.perf_counter() - row.start,
+                        reason,
+                        row.has_kl,
+                        graphs_compiled=graphs.COMPILES.graphs - row.graphs_before,
+                    )
+                    yield row.job, out
+
+    def graph_plan(self, shortest: int, capacity: int) -> str:
+        """How many graphs a run compiles: each forward width times each key bucket its rows pass through
+        (then every later item and run reuses them)."""
+        buckets = buckets_between(shortest, capacity)
+        widths = {"verifier": [self.m + 1] if self.rule is not None else [1]}
+        if self.rule is not None:
+            widths["drafter"] = [2, 1]  # the first step feeds one or two tokens, the rest one
+        parts = [f"{name} {len(w)} width(s) x {len(buckets)} buckets" for name, w in widths.items()]
+        total = sum(len(w) for w in widths.values()) * len(buckets)
+        return f"up to {total} graphs ({'; '.join(parts)}: {', '.join(map(str, buckets))} positions)"
+
+    def _warm_up(self, rows: int, shortest: int, capacity: int) -> None:
+        """Compile every graph the run will need before any item is timed: per key bucket a sequence passes
+        through, one round (verifier alone: one step) with every row just inside the bucket, on fake rows
+        (their cache writes land past anything a real row reads). On CUDA each runs twice, so CUDA graph
+        trees record it as well. Graphs a later run of the same shapes finds compiled cost one round each."""
+        lookahead = self.m if self.rule is not None else 0
+        todo = [b for b in buckets_between(shortest, capacity) if (rows, b) not in self._warm]
+        if not todo:
+            return
+        before, start = graphs.COMPILES.graphs, time.perf_counter()
+        runners = [r for r in (self.vm, self.dm) if r is not None]
+        timer = self.options.forward_timer
+        for runner in runners:
+            runner.timer = None  # a forward timer counts decode forwards only, never the warm-up's
+        with torch.inference_mode():
+            for runner in runners:  # caches allocate at their first (eager) prefill, never in a graph
+                runner.prefill(list(range(rows)), [[0]] * rows)
+            # the drafter's first step feeds two tokens, or one: at m = 1 no later step has that shape
+            lags = (2, 1) if self.m == 1 else (2,)
+            for bucket in todo:
+                length = max(bucket - lookahead, 2)  # every forward of the round reads this bucket's keys
+                for _, lag in itertools.product(range(2 if self.device.type == "cuda" else 1), lags):
+                    job = Job([0] * length, lookahead + 2, torch.Generator().manual_seed(0))
+                    fake: list[Row | None] = [Row(job, [0] * length, 0.0, 0.0, lag=lag) for _ in range(rows)]
+                    self._round(fake) if self.rule is not None else self._ar_step(fake)
+                self._warm.add((rows, bucket))
+        for runner in runners:
+            runner.timer = timer
+        log.info(
+            "warm-up: %d graph(s) compiled in %.1fs (%d rows; key buckets %s)",
+            graphs.COMPILES.graphs - before,
+            time.perf_counter() - start,
+            rows,
+            ", ".join(map(str, todo)),
+        )
+
+    def _check(self, job: Job) -> None:
+        if job.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1; got {job.max_new_tokens}")
+        if not job.prompt:
+            raise ValueError("the prompt is empty: a prompt needs at least one token (e.g. BOS)")
+        if self.rule is not None and len(job.prompt) < 2:
+            raise ValueError("speculative decoding needs a prompt of at least two tokens (e.g. BOS + text)")
+        for name, model, extra in (("drafter", self.drafter, self.m + 1), ("verifier", self.verifier, self.m + 1)):
+            if model is None:
+                continue
+            limit = getattr(model.config, "max_position_embeddings", None)
+            needed = len(job.prompt) + job.max_new_tokens + (extra if self.rule is not None else 0)
+            if limit is not None and needed > limit:
+                what = "the prompt alone" if len(job.prompt) > limit else "prompt + max_new_tokens (+ draft lookahead)"
+                raise ValueError(
+                    f"{name} context is {limit} tokens but {what} needs {needed}: shorten the prompt or lower "
+                    "max_new_tokens"
+                )
+
+    def _admit(self, slots: list[int], jobs: list[Job]) -> list[Row]:
+        """Jobs enter free slots: each prompt but its last token goes into the verifier's cache, all but the
+        last two into the drafter's (every forward feeds what its cache lacks)."""
+        start = time.perf_counter()
+        self.vm.prefill(slots, [job.prompt[:-1] for job in jobs])
+        if self.dm is not None:
+            self.dm.prefill(slots, [job.prompt[:-2] for job in jobs])
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        prefill = time.perf_counter() - start
+        compiled = graphs.COMPILES.graphs
+        return [Row(job, list(job.prompt), start, prefill, graphs_before=compiled) for job in jobs]
+
+    # --- one speculative round -------------------------------------------------------------------------
+    def _round(self, slots: list[Row | None]) -> list[tuple[int, str]]:
+        """One speculative round for every row at once: draft → verify → accept → commit."""
+        clock = PhaseClock(self.device, self.options.sync_timing)
+        plan = self._plan(slots)
+        d, probs, raws, n_drafts = self._draft(plan)
+        t_draft = clock.lap()
+        v_logits, q = self._verify(plan, d)
+        t_verify = clock.lap()
+        host, measured_kl = self._accept(plan, d, probs, raws, n_drafts, v_logits, q)
+        t_rule = clock.lap()
+        finished = self._commit_rows(slots, host, plan.steps, measured_kl, (t_draft, t_verify, t_rule))
+        other = clock.lap()
+        for row in slots:
+            if row is not None:
+                row.rounds.t_other[-1] = other
+        return finished
+
+    def _plan(self, slots: list[Row | None]) -> RoundPlan:
+        """The round's uniforms, and its host values in one transfer."""
+        m = self.m
+        # each row's uniforms: one per draft ([B, 1] each), then the accept tests and the sampled token [B, m+1]
+        *u_drafts, u_verify = self._uniforms(slots, 2 * m + 1).split([1] * m + [m + 1], 1)
+        # the first draft step feeds what the drafter lacks (one token, or two if any row lacks two)
+        lengths = [len(r.committed) if r is not None else 2 for r in slots]
+        lag = max(r.lag for r in slots if r is not None)
+        # drafts no row's token budget can use are not drafted (a sequence's last round); their slots are
+        # filled later so every shape, and so every compiled graph, stays that of m drafts
+        budgets = [draft_budget(m, r.left) if r is not None else 0 for r in slots]
+        # one transfer, each a view of it: the drafter's and the verifier's write positions, each row's draft
+        # budget, what the drafter is fed first, the verifier's first token
+        fed = [(r.committed[-lag:], r.committed[-1]) if r is not None else ([0] * lag, 0) for r in slots]
+        given = to_device(
+            [[n - lag, n - 1, b, *first, last] for n, b, (first, last) in zip(lengths, budgets, fed)],
+            torch.long,
+            self.device,
+        )
+        draft_at, verify_at, budget, *first, last = given.unbind(1)
+        return RoundPlan(u_drafts, u_verify, max(lengths), max(budgets), draft_at, verify_at, budget, first, last)
+
+    def _draft(self, plan: RoundPlan) -> tuple[Tensor, list[Tensor], list[Tensor], Tensor]:
+        """m drafts per row [B, m] (zeros past the steps taken), each step's p [B, 1, V], the raw
+        probabilities a rule may read, and each row's counted drafts [B]."""
+        m, dm, steps = self.m, self.dm, plan.steps
+        assert dm is not None and self.rule is not None  # a speculative engine has both
+        dm.set_positions(plan.draft_at)
+        x = torch.stack(plan.first, 1)  # [B, lag], contiguous: a draft's strides (compiled graphs guard them)
+        probs, raws, drafts = [], [], []
+        for j in range(steps):
+            # the last step leaves the positions: the next round sets them
+            logits, p, d = dm.forward(
+                x,
+                plan.reach + j,
+                1,
+                self.vocab,
+                self.warp,
+                plan.u_drafts[j],
+                self.rule.needs_raw,
+                advance=j < steps - 1,
+            )
+            assert d is not None  # sampled: uniforms were given
+            probs.append(p)
+            drafts.append(d)
+            if logits is not None:
+                raws.append(torch.softmax(logits[:, -1].float(), -1))
+            x = d
+        undrafted = (
+            [torch.zeros((len(plan.last), m - steps), dtype=torch.long, device=self.device)] if steps < m else []
+        )
+        d = torch.cat(drafts + undrafted, 1)
+        return d, probs, raws, counted_drafts(plan.budget, through_eos(d, self.eos_ids))
+
+    def _verify(self, plan: RoundPlan, d: Tensor) -> tuple[Tensor | None, Tensor]:
+        """One verifier forward over each row's last committed token and its m drafts: (raw logits when the
+        rule reads them, q [B, m+1, V])."""
+        self.vm.set_positions(plan.verify_at)
+        ids = torch.cat([plan.last.unsqueeze(1), on(d, self.vm.device)], 1)
+        assert self.rule is not None
+        v_logits, q, _ = self.vm.forward(
+            ids, plan.reach + self.m, self.m + 1, self.vocab, self.warp, logits=self.rule.needs_raw, advance=False
+        )
+        return v_logits, on(q, self.device)  # a verifier spread by device_map: its last GPU
+
+    def _accept(self, plan, d, probs, raws, n_drafts, v_logits, q) -> tuple[list[list[float]], bool]:
+        """The rule decides every row; the round's one host read: drafts, sampled token, counted columns."""
+        m, steps, rule = self.m, plan.steps, self.rule
+        assert rule is not None
+        # an undrafted slot gets p = q there: past every row's n_drafts, so never decided, and finite in
+        # every per-position quantity the rule computes (a KL of q against itself is 0)
+        p = torch.cat(probs + ([q[:, steps:m]] if steps < m else []), 1)  # [B, m, V]
+        raw: dict[str, Any] = {}
+        if v_logits is not None:
+            target_raw = torch.softmax(v_logits.to(self.device).float(), -1)
+            raws = raws + (list(target_raw[:, steps:m].unbind(1)) if steps < m else [])
+            raw = {"draft_raw": torch.stack(raws, 1), "target_raw": target_raw}
+        v = rule.verify(p, q, d, uniforms=plan.u_verify, n_drafts=n_drafts, check=False, return_kl=True, **raw)
+        out_kl, fits = output_kl(rule, p, q[:, :m], self.support, raw)
+        stats = round_columns(v.passed, n_drafts, v.kl, out_kl, fits)  # what every backend counts, one way
+        return torch.cat([d, v.sampled, stats], 1).tolist(), v.kl is not None  # (float64)
+
+    def _commit_rows(self, slots, host, steps: int, measured_kl: bool, times) -> list[tuple[int, str]]:
+        """Each row commits its accepted drafts and the sampled token, cut at EOS or its budget, and checks
+        its stop strings; returns the rows that finished, with why."""
+        m, finished = self.m, []
+        for b, row in enumerate(slots):
+            if row is None:
+                continue
+            drafted, sampled, c = host[b][:m], host[b][m], counted(host[b][m + 1 :])
+            n = int(c["accepted"])
+            tokens, reason = cut_tokens([int(t) for t in drafted[:n]] + [int(sampled)], self.eos, row.left)
+            row.committed += tokens
+            row.generated += tokens
+            row.lag = 2 if n == steps else 1  # it never fed its last draft; after a rejection it has d_1..d_n
+            if reason is None and row.job.stop is not None and row.job.stop(row.generated):
+                reason = "stop"
+            row.has_kl = row.has_kl or measured_kl
+            row.rounds.record(c, accepted=min(n, len(tokens)), emitted=len(tokens), times=times)
+            if reason is not None:
+                finished.append((b, reason))
+        return finished
+
+    # --- one verifier-alone step -------------------------------------------------------------------------
+    def _ar_step(self, slots: list[Row | None]) -> list[tuple[int, str]]:
+        clock = PhaseClock(self.device, self.options.sync_timing)
+        lengths = [len(r.committed) if r is not None else 1 for r in slots]
+        self.vm.set_positions([n - 1 for n in lengths])
+        x = to_device([[r.committed[-1] if r is not None else 0] for r in slots], torch.long, self.vm.device)
+        u = on(torch.stack([self._next_ar_uniform(r) for r in slots]), self.vm.device)  # [B, 1]
+        _, _, token = self.vm.forward(x, max(lengths), 1, self.vocab, self.warp, u, advance=False)
+        assert token is not None  # sampled: uniforms were given
+        t_verify = clock.lap()
+        tokens = [t for (t,) in token.tolist()]  # the one sync per token
+        t_rule = clock.lap()
+        finished = []
+        for b, row in enumerate(slots):
+            if row is None:
+                continue
+            t = tokens[b]
+            row.committed.append(t)
+            row.generated.append(t)
+            reason = "eos" if t in self.eos else ("length" if row.left <= 0 else None)
+            if reason is None and row.job.stop is not None and row.job.stop(row.generated):
+                reason = "stop"
+            row.rounds.add(
+                drafted=0,
+                accepted=0,
+                accepted_any=0,
+                emitted=1,
+                t_draft=0.0,
+                t_verify=t_verify,
+                t_rule=t_rule,
+                t_other=clock.lap(),
+                kl_sum=0.0,
+                kl_count=0,
+                out_kl_sum=0.0,
+                out_kl_count=0,
+                out_kl_skipped=0,
+            )
+            if reason is not None:
+                finished.append((b, reason))
+        return finished
+
+    def _next_ar_uniform(self, row: Row | None) -> Tensor:
+        """The row's next uniform (a host tensor [1]), from blocks of AR_BLOCK drawn from its generator."""
+        if row is None:
+            return torch.zeros(1, dtype=torch.float64)
+        if row.block is None or row.used == AR_BLOCK:
+            row.block, row.used = torch.rand(AR_BLOCK, generator=row.job.generator, dtype=torch.float64), 0
+        row.used += 1
+        return row.block[row.used - 1 : row.used]
+
+    def _uniforms(self, slots: list[Row | None], n: int) -> Tensor:
+        """Each row's next n uniforms from its own generator ([B, n]; zeros for empty slots), drawn on the host
+        (generators are CPU generators: an item's stream is the same on any device) and queued to the device."""
+        f64 = torch.float64
+        if len(slots) == 1 and slots[0] is not None:  # one row: drawn as [1, n] (the same stream), no stack
+            host = torch.rand((1, n), generator=slots[0].job.generator, dtype=f64)
+        else:
+            empty: list[Tensor] = [torch.zeros(n, dtype=f64)] if None in slots else []  # only if one is
+            host = torch.stack(
+                [torch.rand(n, generator=r.job.generator, dtype=f64) if r is not None else empty[0] for r in slots]
+            )
+        return host.pin_memory().to(self.device, non_blocking=True) if self.device.type == "cuda" else host

@@ -1,0 +1,269 @@
+"""Tables from stored runs, with the paper's numbers beside ours.
+
+Each cell is the stored run whose identity equals that of the cell's composed config; Rej and speedup use
+the SpS and verifier-alone runs of the same setting, and the table says when one is missing. What a cell
+holds is the benchmark kind's (`benchmarks.base.Kind.cells`): a task run fills one group, a Spec-Bench run
+one group per category.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from cactus_bench.adapters.benchmarks.base import KINDS
+from cactus_bench.app.identity import RunIdentity
+from cactus_bench.app.runs import Run, find, pool_seeds
+from cactus_bench.core import intervals, metrics
+from cactus_bench.core.methods import BASELINE
+from cactus_bench.core.utils import write_text_atomic
+from cactus_bench.tools.report.specs import compose_cell, spec_seeds
+
+log = logging.getLogger("cactus_bench")
+
+UNVERIFIED_MARK = "†"
+REJ_FOOTNOTE = (
+    "Rej = r / r_SpS − 1 with r = Σ(drafted − accepted) / Σ emitted tokens, against the SpS run of the same "
+    "setting. The paper does not publish its formula (the authors' code does not compute it); from the paper's "
+    "own AL values this form gives −30/−35/−33 % (GSM8K) and −45/−46/−49 % (GPQA) against the printed "
+    "−32/−36/−34 and −46/−46/−50."
+)
+PROTOCOL_NOTE = "Protocol (every setting that decides a number, ours against the authors'): docs/protocol.md."
+COLUMNS = ["data", "label", "metric", "metric_label", "ours", "stderr", "ci", "n", "mark", "paper", "paper_confidence"]
+CAVEAT_MARK = "⚠"  # a timed figure whose conditions differ: read its note
+NO_INTERVAL = (
+    f"no interval below {intervals.MIN_ITEMS} items: none of them keeps its 95 % coverage there (docs/statistics.md)"
+)
+
+
+def fmt(x, metric: str) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return metrics.METRICS.get(metric).format(x) if metric in metrics.METRICS else f"{x:.3g}"
+
+
+def label(metric: str) -> str:
+    return metrics.METRICS.get(metric).label if metric in metrics.METRICS else metric
+
+
+def build_table(spec: dict, runs: list[Run], overrides: list[str] = ()) -> tuple[pd.DataFrame, list[str]]:
+    """Long-form table: one row per (data or group, method row, metric) with ours, the paper's and the
+    difference. `overrides` are the Hydra overrides the runs were made with beyond the spec's."""
+    paper = pd.read_csv(spec["paper"]) if spec.get("paper") and Path(spec["paper"]).exists() else None
+    records, notes = [], []
+    seeds = spec_seeds(spec)
+
+    def pooled(row: dict, data: str) -> Run | None:  # the cell's runs at the spec's seeds, pooled by item
+        found = [find(runs, RunIdentity.of(compose_cell({**spec, "seed": s}, row, data, overrides))) for s in seeds]
+        return pool_seeds(found) if all(r is not None for r in found) else None
+
+    if len(seeds) > 1:
+        notes.append(
+            f"each cell pools {len(seeds)} seeds ({', '.join(map(str, seeds))}): n items × {len(seeds)} "
+            "seeds, every interval clustered by item"
+        )
+    for data in spec["data"]:
+        anchor = compose_cell({**spec, "seed": seeds[0]}, {"method": "sps"}, data, overrides)  # the SpS run
+        refs = {"sps": pooled({"method": "sps"}, data), "baseline": pooled({"method": BASELINE}, data)}
+        kind = KINDS.get(anchor.data.kind)
+        if refs["sps"] is None:
+            notes.append(f"{data}: no SpS run (pair {spec['pair']}, m={spec['m']}): Rej not computed")
+        if refs["baseline"] is None:
+            notes.append(f"{data}: no verifier-alone ({BASELINE}) run: speedup not computed")
+        found = {row["label"]: pooled(row, data) for row in spec["rows"]}
+        present = [r for r in [*found.values(), *refs.values()] if r is not None]
+        notes += [f"{data}: {r.note}" for r in present if r.note]
+        if present:  # one item set for every cell of this dataset: the items all its runs share
+            shared = set.intersection(*({s["id"] for s in r.samples} for r in present))
+            if any(len(r.samples) != len(shared) for r in present):
+                notes.append(f"{data}: every cell is computed on the {len(shared)} items all its runs share")
+            found = {k: r.restricted(shared) if r is not None else None for k, r in found.items()}
+            refs = {k: r.restricted(shared) if r is not None else None for k, r in refs.items()}
+        for row in spec["rows"]:
+            run = found[row["label"]]
+            if run is None:
+                notes.append(f"{data}: no run for {row['label']}")
+                groups = {c: {} for c in _paper_groups(paper, row)} or {None: {}}
+            else:
+                groups = kind.cells(run, refs["sps"], refs["baseline"])
+            for group, values in groups.items():
+                for col in [*spec["columns"], "n"]:
+                    ours, mark = values.get(col), ""
+                    small = below_detectable(col, values)
+                    if small:
+                        notes.append(f"{row['label']}: {small}")
+                    caveat = values.get(f"{col}_caveat")
+                    if caveat is not None:
+                        withheld, reason = caveat
+                        notes.append(f"{row['label']}: {reason}")
+                        ours, mark = (None, "") if withheld else (ours, CAVEAT_MARK)
+                    if ours is not None and shows_interval(spec, col) and values.get(f"{col}_ci") is None:
+                        few = values.get(f"{col}_n")
+                        if few is not None and few < intervals.MIN_ITEMS:
+                            notes.append(NO_INTERVAL)
+                    records.append(
+                        {
+                            "data": data if group is None else group,
+                            "label": row["label"],
+                            "metric": col,
+                            "metric_label": kind.labels.get(col),
+                            "ours": ours,
+                            "stderr": values.get("score_stderr") if col == "score" else None,
+                            "ci": values.get(f"{col}_ci") if ours is not None and shows_interval(spec, col) else None,
+                            "n": values.get(f"{col}_n") if col != "n" else None,
+                            "mark": mark,
+                            **_paper_cell(paper, spec, data, row, col, group),
+                        }
+                    )
+    df = pd.DataFrame.from_records(records, columns=COLUMNS)
+    df["diff"] = pd.to_numeric(df["ours"], errors="coerce") - pd.to_numeric(df["paper"], errors="coerce")
+    return df, notes
+
+
+def below_detectable(col: str, values: dict) -> str | None:
+    """For a paired score difference smaller than what its items can detect (80 % power, α = 0.05), the
+    sentence a reader needs: not evidence of a difference, nor of equality."""
+    m = metrics.METRICS.get(col) if col in metrics.METRICS else None
+    if m is None or m.relative not in (metrics.score_delta, metrics.score_delta_sps):
+        return None
+    value, ci, n = values.get(col), values.get(f"{col}_ci"), values.get(f"{col}_n")
+    if value is None or ci is None or not n or n < 3:
+        return None
+    sd = intervals.difference_sd(intervals.Estimate(value, ci[0], ci[1], n))
+    size = intervals.detectable_difference(sd, n) if sd is not None else None
+    if size is None or abs(value) >= size:
+        return None
+    return (
+        f"{m.label} {m.format(value)} is below the {size:.1f} points {n} items can detect (paired, 80 % power, "
+        "α = 0.05): no evidence of a difference, and no proof of none"
+    )
+
+
+def shows_interval(spec: dict, col: str) -> bool:
+    """Comparisons and timings (relative and sampled metrics: Δ score, Rej, speedups) print their 95 %
+    interval; a rate (AL, acceptance, KL) prints its own where the spec lists it under `intervals`."""
+    m = metrics.METRICS.get(col) if col in metrics.METRICS else None
+    return m is not None and (m.relative is not None or m.sampled is not None or col in spec.get("intervals", ()))
+
+
+def _paper_groups(paper: pd.DataFrame | None, row: dict) -> list:
+    """The paper's groups (e.g. Spec-Bench categories) for a row without a run: its cells still show."""
+    if paper is None or "category" not in paper:
+        return []
+    return list(paper[paper["method"] == row["method"]]["category"].unique())
+
+
+def _paper_cell(paper, spec, data, row, col, category=None) -> dict:
+    """The paper's number for a cell and how sure we are of it (`confidence` column of results/paper)."""
+    none = {"paper": None, "paper_confidence": None}
+    if paper is None or col not in paper.columns:
+        return none
+    pair = spec.get("paper_pair", spec["pair"])
+    if spec["pair"] != pair:  # the paper's numbers sit beside the paper's pair only
+        return none
+    sel = paper[(paper["pair"] == pair) & (paper["data"] == data) & (paper["method"] == row["method"])]
+    if "delta" in row:
+        sel = sel[pd.to_numeric(sel["delta"], errors="coerce") == row["delta"]]
+    if category is not None:
+        sel = sel[sel["category"] == category]
+    sel = sel.dropna(subset=[col])
+    if not len(sel):
+        return none
+    confidence = sel["confidence"].iloc[0] if "confidence" in sel.columns else None
+    return {"paper": float(sel[col].iloc[0]), "paper_confidence": confidence}
+
+
+def _footnotes(spec: dict, df: pd.DataFrame) -> list[str]:
+    out = []
+    if (df["paper_confidence"] == "unverified").any():
+        out.append(f"{UNVERIFIED_MARK} paper number not traced to a readable copy of the paper (unverified)")
+    if "rej" in spec.get("columns", []):
+        out.append(REJ_FOOTNOTE)
+    out.append(PROTOCOL_NOTE)
+    return out
+
+
+def wide(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows = method labels, columns = (data, metric) with 'ours (paper)'."""
+
+    def cell(r):
+        text = fmt(r["ours"], r["metric"])
+        if r["stderr"] is not None and not pd.isna(r["stderr"]) and r["ours"] is not None:
+            text += f" ± {r['stderr']:.1f}"
+        if isinstance(r.get("ci"), (list, tuple)) and r["ours"] is not None:
+            low, high = (fmt(v, r["metric"]).rstrip("×") for v in r["ci"])
+            text += f" [{low}, {high}]"
+        if r.get("n") is not None and not pd.isna(r["n"]) and r["ours"] is not None:
+            text += f" n={int(r['n'])}"
+        if r.get("mark"):
+            text += f" {r['mark']}"
+        if r["paper"] is not None and not pd.isna(r["paper"]):
+            mark = UNVERIFIED_MARK if r.get("paper_confidence") == "unverified" else ""
+            text += f" ({fmt(r['paper'], r['metric'])}{mark})"
+        return text
+
+    labels = df["metric_label"].fillna(df["metric"].map(label))
+    df = df.assign(cell=df.apply(cell, axis=1), column=df["data"] + " " + labels)
+    order = list(dict.fromkeys(df["label"]))
+    return df.pivot(index="label", columns="column", values="cell").reindex(order)[list(dict.fromkeys(df["column"]))]
+
+
+def _changes(spec: dict, overrides: list[str]) -> list[str]:
+    """What this table's setting changes from its spec file: spec keys set on the command line (the pair, a
+    limit, ...) and the overrides the runs were made with."""
+    return [f"{k}={v}" for k, v in spec.get("changed", {}).items()] + list(overrides)
+
+
+def table_name(spec: dict, overrides: list[str] = ()) -> str:
+    """The files' name: the spec's, plus every setting that differs from the spec file, so a table of
+    another setting (pair=tiny, sampling=greedy) never overwrites the spec's own."""
+    changes = _changes(spec, overrides)
+    if not changes:
+        return spec["name"]
+    slug = "_".join(re.sub(r"[^A-Za-z0-9.]+", "-", c) for c in changes)
+    return f"{spec['name']}-{slug}"[:150]
+
+
+def table_title(spec: dict, overrides: list[str] = ()) -> str:
+    """The spec's title, and the setting these runs differ in (the spec's title names the paper's pair)."""
+    title = spec.get("title", spec["name"])
+    changes = _changes(spec, overrides)
+    if not changes:
+        return title
+    note = (
+        f"pair {spec['pair']}, not the paper's {spec['paper_pair']}"
+        if spec["pair"] != spec.get("paper_pair", spec["pair"])
+        else ""
+    )
+    rest = [c for c in changes if not c.startswith("pair=")]
+    return f"{title} — run with {'; '.join(x for x in (note, ', '.join(rest)) if x)}"
+
+
+def render_table(
+    spec: dict, runs: list[Run], out_dir: Path | str, overrides: list[str] = ()
+) -> tuple[str, Path | None]:
+    """The table as Markdown, and written as CSV, Markdown and LaTeX under `out_dir`: the path written, or
+    None when no stored run matched (an empty table never replaces a file)."""
+    df, notes = build_table(spec, runs, overrides)
+    out = Path(out_dir)
+    base = out / table_name(spec, overrides)
+    table = wide(df)
+    md = f"## {table_title(spec, overrides)}\n\n"
+    if spec.get("paper") and spec["pair"] == spec.get("paper_pair", spec["pair"]):
+        md += f"ours (paper) — paper numbers from `{spec['paper']}`\n\n"
+    md += table.to_markdown() + "\n"
+    notes = list(dict.fromkeys(notes)) + _footnotes(spec, df)  # each note once
+    if notes:
+        md += "\n" + "\n".join(f"- {n}" for n in notes) + "\n"
+    if df["ours"].isna().all():  # no stored run matched any cell: never replace a file with an empty table
+        log.warning("no stored run matches %s: table printed, nothing written", spec["name"])
+        return md, None
+    out.mkdir(parents=True, exist_ok=True)
+    df.to_csv(base.with_suffix(".csv"), index=False)
+    write_text_atomic(base.with_suffix(".md"), md)
+    write_text_atomic(base.with_suffix(".tex"), table.to_latex(escape=True))
+    return md, base.with_suffix(".md")

@@ -1,0 +1,174 @@
+"""engine=vllm without vLLM: what the default suite can check of the backend (its config, its place in a
+run's identity, and how a generation's rounds are rebuilt from the plugin's record); `make test-vllm` runs
+it against vLLM itself (tests/vllm/)."""
+
+import importlib.util
+
+import pytest
+
+from cactus_bench.app import run as run_mod
+from cactus_bench.app.config import ConfigError, validate
+from cactus_bench.app.identity import RunIdentity
+from cactus_bench.backends.vllm import INSTALL
+from cactus_bench.backends.vllm.decoder import build_rounds
+
+from ..helpers.configs import cfg_of
+from ..helpers.guards import refuse
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
+def test_engine_vllm_without_vllm_says_how_to_install_it_before_anything_loads(monkeypatch):
+    monkeypatch.setattr(run_mod, "get_decoder", refuse("loaded a model without vLLM"))
+    with pytest.raises(ConfigError) as e:
+        run_mod.run(cfg_of("engine=vllm", "method=cactus"))
+    assert str(e.value) == INSTALL and "make test-vllm" in INSTALL and "engine=auto" in INSTALL
+
+
+@pytest.mark.parametrize(
+    "overrides,match",
+    [
+        (["engine.settings.drafter_warp=top"], "engine.settings.drafter_warp='top' is not valid: verifier"),
+        (["+engine.settings.gpu_util=0.5"], "engine.settings.gpu_util is not a vllm setting"),
+        (["engine.settings.kv_cache_gib=0"], "engine.settings.kv_cache_gib=0 is not valid"),
+        (["engine.name=fast"], "engine.name='fast' is not valid for engine.backend=vllm"),
+    ],
+)
+def test_bad_vllm_settings_are_one_paragraph(overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        validate(cfg_of("engine=vllm", *overrides))
+
+
+def test_tensor_parallelism_needs_a_backend_that_shards():
+    with pytest.raises(ConfigError, match="engine.backend=hf does not shard a model: use engine=vllm"):
+        validate(cfg_of("pair.tensor_parallel_size=2"))
+    with pytest.raises(ConfigError, match="pair.tensor_parallel_size=0 is not valid"):
+        validate(cfg_of("pair.tensor_parallel_size=0"))
+
+
+def test_the_engine_is_part_of_a_runs_identity_only_where_it_changes_the_tokens():
+    """hf's engines decode the same tokens (and the key of every hf run is what it was before vLLM came);
+    vllm's decode other random streams, and its drafter_warp another law."""
+    hf = RunIdentity.of(cfg_of("method=cactus"))
+    assert RunIdentity.of(cfg_of("method=cactus", "engine=eager")).key == hf.key
+    assert "engine" not in hf.as_dict()
+    vllm = RunIdentity.of(cfg_of("method=cactus", "engine=vllm"))
+    own = RunIdentity.of(cfg_of("method=cactus", "engine=vllm", "engine.settings.drafter_warp=temperature"))
+    assert len({hf.key, vllm.key, own.key}) == 3
+    assert vllm.engine == {"backend": "vllm", "drafter_warp": "verifier"}
+    assert RunIdentity.of(cfg_of("method=cactus", "engine=vllm", "engine.settings.kv_cache_gib=2")).key == vllm.key
+    # a run's references (SpS for Rej, the verifier alone for speedup) are on the same engine
+    assert vllm.reference("baseline").engine == vllm.engine
+
+
+EOS = 9
+
+
+def round_(before, passes, drafts=(1, 2, 3, 4), kl=0.1):
+    """A round as the plugin records it (`plugin.ROUND_FIELDS`): per draft position."""
+    k = len(passes)
+    return [before, list(drafts[:k]), list(passes), [kl] * k, [0.2] * k, [1] * k, 0.001]
+
+
+def build(recorded, n_tokens, max_tokens=100):
+    return build_rounds(recorded, n_tokens, max_tokens, {EOS}, wall=2.0)
+
+
+def test_rounds_are_the_acceptance_steps_calls_and_the_prefills_token_is_not_one():
+    """vLLM's prefill emits the first token without a call of the acceptance step: not a round (it was one,
+    with zero drafts, so AL and τ came out about 1/R lower than the transformers engine's). A step without
+    drafts between two recorded ones is a call that emitted one token; a generation that stops inside its
+    last round cuts it there."""
+    recorded = [round_(1, [1, 1, 0, 1]), round_(4, [1, 1, 1, 1]), round_(10, [0, 1, 0, 0])]
+    r = build(recorded, 12)
+    # round at 1 (3 tokens), round at 4 (5), a step without drafts at 9, round at 10 (1), one more step
+    assert r.drafted == [4, 4, 0, 4, 0]
+    assert r.emitted == [3, 5, 1, 1, 1] and sum(r.emitted) == 12 - 1  # the prefill's token is no round's
+    assert r.accepted == [2, 4, 0, 0, 0] and r.accepted_any == [3, 4, 0, 1, 0]
+    assert r.t_other[-1] == pytest.approx(2.0 - 3 * 0.001) and r.kl_count == [3, 4, 0, 1, 0]
+    assert r.kl_sum == pytest.approx([0.3, 0.4, 0.0, 0.1, 0.0])
+
+    eos = build([round_(1, [1, 1, 1, 1])], 3)  # stopped at its 2nd token (a stop string)
+    assert eos.emitted == [2] and eos.accepted == [2] and eos.drafted == [4]
+
+    no_kl = build([[1, [1, 2, 3, 4], [1, 0, 0, 0], None, [0.0] * 4, [1] * 4, 0.0]], 3)
+    assert no_kl.kl_count == [0]  # a target-free rule: no target KL counted
+
+
+def test_drafts_past_a_drafted_eos_do_not_count():
+    """vLLM drafts and tests all m past a drafted EOS; the transformers engine's draft stops there. Drafts
+    [a, EOS, b, c], the first three accepted: drafted 2, accepted 2, accepted_any 2 (were 4, 3 and 3), and
+    the KLs over those 2 positions only."""
+    r = build([round_(1, [1, 1, 1, 0], drafts=(5, EOS, 6, 7))], 3)
+    assert (r.drafted, r.accepted, r.accepted_any, r.emitted) == ([2], [2], [2], [2])
+    assert r.kl_count == [2] and r.kl_sum == pytest.approx([0.2]) and r.out_kl_count == [2]
+
+
+def test_at_the_token_budget_only_the_drafts_it_left_room_for_count():
+    """vLLM drafts m whatever is left; our engine drafts at most the tokens left but one. With 2 tokens of
+    budget left, a round that drafted 4 (passing 1, 1, 0, 1) counts 1 draft, accepted, its KL at that one
+    position, and emits 2 tokens, as our engine's round would."""
+    r = build([round_(1, [1, 1, 0, 1]), round_(4, [1, 1, 0, 1])], 6, max_tokens=6)
+    assert r.drafted == [4, 1] and r.accepted == [2, 1] and r.accepted_any == [3, 1]
+    assert r.emitted == [3, 2] and r.kl_count == [3, 1] and r.kl_sum == pytest.approx([0.3, 0.1])
+    last = build([round_(1, [0, 1, 1, 0])], 2, max_tokens=2)  # one token left
+    assert last.drafted == [0] and last.accepted == [0] and last.accepted_any == [0] and last.kl_count == [0]
+
+
+def test_both_backends_count_a_round_by_one_definition():
+    """Given the same accept decisions, the transformers engine's round (`Rule.verify` with the drafts that
+    count, then `round_columns`) and vLLM's (every draft tested, counted afterwards by `build_rounds`) give
+    the same numbers, whatever is cut: seeded random rounds with drafted EOS ids and token budgets."""
+    import torch
+
+    from cactus_bench.core.decode.stats import COUNTED, counted_drafts, draft_budget, round_columns
+
+    g = torch.Generator().manual_seed(0)
+    m, B = 4, 400
+    drafts = torch.randint(5, 12, (B, m), generator=g)  # some are EOS (9)
+    passes = (torch.rand(B, m, generator=g) < 0.7).long()
+    kl, out_kl = torch.rand(B, m, generator=g, dtype=torch.float64), torch.rand(B, m, generator=g)
+    fits = torch.rand(B, m, generator=g) < 0.9
+    left = torch.randint(1, 8, (B,), generator=g)
+    through_eos = torch.where(drafts == EOS, torch.arange(1, m + 1), m).min(-1).values
+    n_drafts = counted_drafts(torch.tensor([draft_budget(m, int(x)) for x in left]), through_eos)
+    # the transformers engine: the rule tests only the drafts that count
+    hf = round_columns(passes * (torch.arange(m) < n_drafts[:, None]), n_drafts, kl, out_kl, fits)
+    for b in range(B):
+        before, max_tokens = 1, 1 + int(left[b])
+        record = [before, drafts[b].tolist(), passes[b].tolist(), kl[b].tolist(), out_kl[b].tolist()]
+        vllm = build([[*record, fits[b].int().tolist(), 0.0]], before + 1 + m, max_tokens=max_tokens)
+        want = dict(zip(COUNTED, hf[b].tolist()))
+        got = {k: getattr(vllm, k)[0] for k in COUNTED}
+        assert got == pytest.approx(want), (b, got, want)
+
+
+def test_a_batch_the_plugin_cannot_read_stops_the_run_in_one_paragraph(monkeypatch):
+    """vLLM handing the hooks a batch of another shape made `verify` return vLLM's own SpS and `draft` vLLM's
+    unseeded drafter, silently (a Cactus run became SpS, its rounds uncounted): now one paragraph."""
+    import types
+
+    import torch
+
+    from cactus_bench.backends.vllm import plugin
+
+    params = types.SimpleNamespace(extra_args={plugin.KEY: {"rule": "cactus", "tag": "t"}}, top_k=0)
+    state = types.SimpleNamespace(sampling_params=params, output_token_ids=[1])
+    runner = types.SimpleNamespace(input_batch=types.SimpleNamespace(req_ids=["a", "b"]), requests={"a": state})
+    monkeypatch.setitem(plugin._STEP, "runner", runner)
+    monkeypatch.setitem(plugin._ORIGINAL, "rejection_sample", lambda *a: pytest.fail("vLLM's own step decided"))
+    monkeypatch.setitem(plugin._ORIGINAL, "compute_probs", lambda *a: pytest.fail("vLLM's own drafter drafted"))
+    metadata = types.SimpleNamespace(all_greedy=False, all_random=True, generators={})
+    with pytest.raises(RuntimeError, match=r"acceptance step: draft counts for 3 requests, 2 sampled.*vLLM 0\.32\.0"):
+        plugin.verify(torch.zeros(6, dtype=torch.long), [2, 2, 2], 2, None, None, torch.zeros(6, 8), None, metadata)
+    with pytest.raises(RuntimeError, match="the drafter: 3 rows of logits for 2 requests.*engine=eager"):
+        plugin.draft(torch.zeros(3, 8), metadata)
+    runner.requests = {}  # no request of this project's: vLLM's own step, as before (the control)
+    monkeypatch.setitem(plugin._ORIGINAL, "compute_probs", lambda *a: "vLLM's own")
+    assert plugin.draft(torch.zeros(3, 8), metadata) == "vLLM's own"
+
+
+def test_a_slurm_job_asks_for_the_gpus_its_verifier_is_sharded_over():
+    from cactus_bench.tools.sweep import gpus_per_job
+
+    assert gpus_per_job([cfg_of("method=sps"), cfg_of("engine=vllm", "pair.tensor_parallel_size=4")]) == 4
+    assert gpus_per_job([cfg_of("method=sps")]) == 1

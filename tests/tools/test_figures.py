@@ -1,0 +1,89 @@
+"""The paper's spec-driven figures (Figure 4, the lossy trade-off) from a fixture store."""
+
+from pathlib import Path
+
+import pytest
+
+from cactus_bench.app import run as run_mod
+from cactus_bench.app.compose import compose
+from cactus_bench.app.runs import load_runs
+from cactus_bench.tools.report import figures, load_spec, run_overrides
+from cactus_bench.tools.report.specs import expand_rows, pair_spec, spec_pairs
+from tests.helpers.configs import pair_overrides
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = {"pair": "tiny", "limit": 2, "max_gen_toks": 8, "data": ["arith"], "m": 2}
+
+
+@pytest.fixture(scope="module")
+def figure_store(small_pair_dir, tmp_path_factory):
+    """Every run of both figure specs on the small pair, but one lossy point left out (a gap)."""
+    results = tmp_path_factory.mktemp("figstore") / "runs"
+    pair = pair_overrides(small_pair_dir)
+    done = set()
+    for name in ("figure4", "lossy_tradeoff"):
+        spec = load_spec(ROOT / "sweeps" / f"{name}.yaml", SMALL)
+        for _, p in spec_pairs(spec):
+            for row in spec["rows"]:
+                if row["label"] == "interpolation alpha=0.6":
+                    continue  # the missing run
+                overrides = run_overrides(pair_spec(spec, p), row, "arith")
+                key = tuple(o for o in overrides if not o.startswith("experiment_name"))
+                if key in done:
+                    continue  # shared between the figures (Verifier, SpS, ...): decoded once
+                done.add(key)
+                run_mod.run(compose((*overrides, *pair, f"paths.runs={results}", "progress=false")))
+    return results, pair
+
+
+def test_list_parameters_become_curves_in_parameter_order():
+    rows = expand_rows([{"label": "Cactus", "method": "cactus", "delta": [0.5, 0.25, 1.0]}])
+    assert [r["delta"] for r in rows] == [0.5, 0.25, 1.0] and {r["curve"] for r in rows} == {"Cactus"}
+    with pytest.raises(ValueError, match="one parameter may be a list"):
+        expand_rows([{"label": "x", "method": "speccas", "alpha": [0.1], "variant": ["opt", "token_v3"]}])
+
+
+def test_a_pair_override_maps_every_family():
+    spec = load_spec(ROOT / "sweeps" / "figure4.yaml", {"pair": "tiny"})
+    assert [f for f, _ in spec_pairs(spec)] == ["gemma2_2b_9b", "r1distill_1.5b_7b", "llama3_1b_8b", "qwen3_1.7b_32b"]
+    assert {p for _, p in spec_pairs(spec)} == {"tiny"}
+    assert {p for _, p in spec_pairs(load_spec(ROOT / "sweeps" / "figure4.yaml"))} == {
+        "gemma2_2b_9b",
+        "r1distill_1.5b_7b",
+        "llama3_1b_8b",
+        "qwen3_1.7b_32b",
+    }
+
+
+def test_a_divergence_the_figure_cannot_label_is_refused(tmp_path):
+    spec = load_spec(ROOT / "sweeps" / "lossy_tradeoff.yaml", SMALL) | {"divergence": "realised_kl"}
+    with pytest.raises(ValueError, match="divergence one of \\['output_kl', 'target_kl'\\]"):
+        figures([], tmp_path, [spec])
+
+
+@pytest.mark.slow  # decodes every run of both figure specs (about a minute): CI's slow tier
+@pytest.mark.xdist_group("figure-store")  # one worker: the store is decoded once
+def test_both_figures_render_from_a_fixture_store(figure_store, tmp_path):
+    results, pair = figure_store
+    specs = [load_spec(ROOT / "sweeps" / f"{n}.yaml", SMALL) for n in ("figure4", "lossy_tradeoff")]
+    made = figures(load_runs(results), tmp_path, specs, pair)
+    for name in ("figure4_arith", "lossy_tradeoff_arith"):
+        assert name in made and made[name].stat().st_size > 5000 and made[name].with_suffix(".pdf").exists()
+    notes = (tmp_path / "lossy_tradeoff_notes.txt").read_text()
+    assert "no run for interpolation alpha=0.6 (a gap in its curve)" in notes
+    assert "x axis: acceptance rate (drafts accepted at any position / drafted)" in notes
+    assert "divergence panel: output KL(P_out ‖ q) per position" in notes  # output KL by default, named
+    assert not (tmp_path / "figure4_notes.txt").exists()  # every Figure 4 run is there
+
+
+@pytest.mark.slow  # decodes every run of both figure specs (about a minute): CI's slow tier
+@pytest.mark.xdist_group("figure-store")
+def test_curves_never_join_runs_of_another_setting(figure_store, tmp_path):
+    """Asked for greedy runs, the figures find none of the sampled ones: every point is a gap."""
+    results, pair = figure_store
+    spec = load_spec(ROOT / "sweeps" / "lossy_tradeoff.yaml", SMALL)
+    figures(load_runs(results), tmp_path, [spec], [*pair, "sampling=greedy"])
+    notes = (tmp_path / "lossy_tradeoff_notes.txt").read_text()
+    assert (
+        "no stored runs of this figure: nothing drawn" in notes and not (tmp_path / "lossy_tradeoff_arith.png").exists()
+    )
