@@ -87,3 +87,27 @@ def test_curves_never_join_runs_of_another_setting(figure_store, tmp_path):
     assert (
         "no stored runs of this figure: nothing drawn" in notes and not (tmp_path / "lossy_tradeoff_arith.png").exists()
     )
+
+
+def test_a_new_figure_family_is_one_registered_draw(tmp_path):
+    """Figures are a registry (entry-point group `cactus_bench.figures`): a family registered as driven by a
+    spec is drawn for a `figure:` spec naming it; a name registered for the other source is refused."""
+    from cactus_bench.tools.report import figures
+    from cactus_bench.tools.report.figures.common import FAMILIES, figure_family
+
+    assert FAMILIES.group == "cactus_bench.figures" and FAMILIES.get("cross_architecture").source == "spec"
+    drawn = []
+    with FAMILIES.scoped():
+
+        @figure_family("mine", "spec")
+        def draw(sink, spec, runs, overrides):
+            drawn.append(spec["name"])
+            return ["drawn"]
+
+        figures([], tmp_path, specs=[{"name": "my_figure", "figure": "mine"}])
+        assert drawn == ["my_figure"]
+        with pytest.raises(ValueError, match="'tradeoff' is drawn from a store, not a spec"):
+            figures([], tmp_path, specs=[{"name": "x", "figure": "tradeoff"}])
+        with pytest.raises(ValueError, match="source is one of"):
+            figure_family("odd", "elsewhere")(draw)
+    assert "mine" not in FAMILIES

@@ -10,6 +10,7 @@ from cactus_bench.app import method_configs  # noqa: F401  (the method group Hyd
 from cactus_bench.app import run as run_mod
 from cactus_bench.app.runs import load_runs
 from cactus_bench.tools.report import figures, load_spec, render_table
+from cactus_bench.tools.report.figures.common import FAMILIES, Family
 
 from ..helpers.configs import cfg_of, pair_overrides
 
@@ -184,12 +185,10 @@ def test_figures_of_several_settings_say_how_they_differ_and_stale_ones_go(fixtu
     hash was which setting: titles say how the settings differ and index.md maps every file to its title. A
     figure whose runs are gone is removed on the next drawing; figures another command drew with other
     overrides, and files not ours, stay (`make figures` deleted them)."""
-    import importlib
     import shutil
 
     import yaml
 
-    figures_mod = importlib.import_module("cactus_bench.tools.report.figures")  # the package, not its function
     store = tmp_path / "runs"
     shutil.copytree(fixture_store, store)
     figs = tmp_path / "figs"
@@ -203,13 +202,13 @@ def test_figures_of_several_settings_say_how_they_differ_and_stale_ones_go(fixtu
         shutil.copytree(run.folder, copies[-1])
         (copies[-1] / "config.yaml").write_text(yaml.safe_dump(config))
     titles = []
-    real = dict(figures_mod.GROUP_FAMILIES)
-    for family, draw in real.items():
-        monkeypatch.setitem(
-            figures_mod.GROUP_FAMILIES,
-            family,
-            lambda sink, name, title, g, v, draw=draw: (titles.append(title), draw(sink, name, title, g, v)),
-        )
+
+    def titled(draw):
+        return lambda sink, name, title, g, v: (titles.append(title), draw(sink, name, title, g, v))
+
+    for family in FAMILIES.names():
+        if FAMILIES.get(family).source == "store":
+            monkeypatch.setitem(FAMILIES._items, family, Family(titled(FAMILIES.get(family).draw), "store"))
     made = figures(load_runs(store), figs)
     assert {t.split("; n=")[0] for t in titles} == {
         "arith (small, m=3, temperature=0.0, top_k=0, top_p=1.0",

@@ -1,43 +1,33 @@
 """The paper's figures from stored runs, one module per figure family (PNG + PDF each).
 
-Two kinds of family:
+Every family is registered in `common.FAMILIES` by `@figure_family(name, source)` on its `draw`:
 
-* drawn from the store alone (`GROUP_FAMILIES`): for each pair, dataset and setting (runs that differ in
+* drawn from the store alone (`source="store"`): for each pair, dataset and setting (runs that differ in
   anything but the method are never drawn together) and each m, the families its benchmark kind names
   (`Kind.figures`): Figure 1 (score vs AL), Figure 2 (δ grid), Figure 3 (speedup), Spec-Bench's speedup
   per category. Each is `draw(sink, name, title, runs, verifier_runs)`.
-* driven by a figure spec (`SPEC_FAMILIES`, `figure:` in sweeps/*.yaml): Figure 4 over model families and
+* driven by a figure spec (`source="spec"`, `figure:` in sweeps/*.yaml): Figure 4 over model families and
   the lossy trade-off. Each is `draw(sink, spec, runs, overrides) -> notes`.
 
-A new figure is one module here and its name in one of the two maps (and, for a store-driven family, in
-its benchmark kind's `figures`).
+A new figure is one module here (every module of this package is imported below), or one in an installed
+package named in the `cactus_bench.figures` entry points; a store-driven family is also named in its
+benchmark kind's `figures`.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
+import pkgutil
 from pathlib import Path
 
 from cactus_bench.app.runs import Run
-from cactus_bench.tools.report.figures import (
-    cross_architecture,
-    delta_grid,
-    lossy_tradeoff,
-    specbench_speedup,
-    speedup,
-    tradeoff,
-)
-from cactus_bench.tools.report.figures.common import Sink, runs_frame, setting_differences
+from cactus_bench.tools.report.figures.common import FAMILIES, Sink, runs_frame, setting_differences
 
 log = logging.getLogger("cactus_bench")
 
-GROUP_FAMILIES = {
-    "tradeoff": tradeoff.draw,
-    "delta_grid": delta_grid.draw,
-    "speedup": speedup.draw,
-    "specbench_speedup": specbench_speedup.draw,
-}
-SPEC_FAMILIES = {"cross_architecture": cross_architecture.draw, "lossy_tradeoff": lossy_tradeoff.draw}
+for _module in pkgutil.iter_modules(__path__):  # importing a figure module registers its family
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 
 def figures(runs: list[Run], out_dir: Path | str, specs: list[dict] = (), overrides: list[str] = ()) -> dict[str, Path]:
@@ -55,7 +45,7 @@ def figures(runs: list[Run], out_dir: Path | str, specs: list[dict] = (), overri
 def _draw(sink: Sink, runs: list[Run], specs, overrides) -> dict[str, Path]:
     for spec in specs:
         sink.title = spec.get("title", spec["name"])
-        notes = SPEC_FAMILIES[spec["figure"]](sink, spec, runs, list(overrides))
+        notes = _family(spec["figure"], "spec").draw(sink, spec, runs, list(overrides))
         if notes:
             sink.notes(spec["name"], notes)
             log.info("%s: %s", spec["name"], "; ".join(notes))
@@ -77,5 +67,12 @@ def _draw(sink: Sink, runs: list[Run], specs, overrides) -> dict[str, Path]:
             title = f"{data} ({pair}, m={m}{', ' + differences[setting] if several else ''}; n={n})"
             sink.title = title
             for family in families:
-                GROUP_FAMILIES[family](sink, name, title, gm, ver)
+                _family(family, "store").draw(sink, name, title, gm, ver)
     return sink.made
+
+
+def _family(name: str, source: str):
+    family = FAMILIES.get(name)
+    if family.source != source:
+        raise ValueError(f"figure family {name!r} is drawn from a {family.source}, not a {source}")
+    return family

@@ -4,6 +4,8 @@ verifier's ±1σ band, and a frame of stored runs grouped the way figures may jo
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -13,6 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from cactus_bench.app.runs import Run  # noqa: E402
+from cactus_bench.core.registry import Registry  # noqa: E402
 from cactus_bench.core.utils import write_text_atomic  # noqa: E402
 
 MARKERS = "os^Dvp<>h*"
@@ -140,3 +143,37 @@ def error_bar(est) -> tuple[float, float]:
     if est.low is None:
         return 0.0, 0.0
     return est.value - est.low, est.high - est.value
+
+
+# --- the figure registry ---------------------------------------------------------------------------------
+
+SOURCES = ("store", "spec")
+
+
+@dataclass(frozen=True)
+class Family:
+    """A figure family: `draw`, and what drives it. `store`: drawn for each pair, dataset, setting and m of
+    the stored runs whose benchmark kind names it (`Kind.figures`), as `draw(sink, name, title, runs,
+    verifier_runs)`; `spec`: driven by a figure spec (`figure: <name>` in sweeps/*.yaml), as `draw(sink,
+    spec, runs, overrides) -> notes`."""
+
+    draw: Callable
+    source: str
+
+
+def _check_family(name: str, family: Family) -> None:
+    if not isinstance(family, Family) or family.source not in SOURCES:
+        raise ValueError(f"figure family {name!r}: register a Family whose source is one of {SOURCES}")
+
+
+FAMILIES: Registry[Family] = Registry("figure family", _check_family, group="cactus_bench.figures")
+
+
+def figure_family(name: str, source: str) -> Callable:
+    """Decorator on a figure module's `draw`: register it as the family `name`, driven by `source`."""
+
+    def deco(draw: Callable) -> Callable:
+        FAMILIES.add(name, Family(draw, source))
+        return draw
+
+    return deco

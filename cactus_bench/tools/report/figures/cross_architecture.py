@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from cactus_bench.app.runs import Run
 from cactus_bench.core.methods import is_baseline
-from cactus_bench.tools.report.figures.common import plt, verifier_band
+from cactus_bench.tools.report.figures.common import figure_family, plt, verifier_band
 from cactus_bench.tools.report.figures.spec_points import points
 from cactus_bench.tools.report.specs import spec_pairs
 
 
+@figure_family("cross_architecture", "spec")
 def draw(sink, spec: dict, runs: list[Run], overrides: list[str]) -> list[str]:
     notes = []
     for data in spec["data"]:

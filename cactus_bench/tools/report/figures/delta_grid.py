@@ -4,9 +4,10 @@ what was emitted is from the verifier), so the label says which is which."""
 
 from __future__ import annotations
 
-from cactus_bench.tools.report.figures.common import method_label, plt
+from cactus_bench.tools.report.figures.common import figure_family, method_label, plt
 
 
+@figure_family("delta_grid", "store")
 def draw(sink, name, title, g, ver) -> None:
     cac = g[g["method"].isin(["cactus", "cactus_exact"])].dropna(subset=["delta"])
     if cac["delta"].nunique() < 2:

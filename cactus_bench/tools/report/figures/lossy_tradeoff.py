@@ -11,10 +11,11 @@ import pandas as pd
 
 from cactus_bench.app.runs import Run
 from cactus_bench.core.methods import is_baseline
-from cactus_bench.tools.report.figures.common import plt, verifier_band
+from cactus_bench.tools.report.figures.common import figure_family, plt, verifier_band
 from cactus_bench.tools.report.figures.spec_points import DIVERGENCES, X_AXES, points
 
 
+@figure_family("lossy_tradeoff", "spec")
 def draw(sink, spec: dict, runs: list[Run], overrides: list[str]) -> list[str]:
     x = spec.get("x", "acceptance_rate")
     div = spec.get("divergence", "output_kl")

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from cactus_bench.adapters.benchmarks import specbench
-from cactus_bench.tools.report.figures.common import CAVEAT_MARK, method_label, plt
+from cactus_bench.tools.report.figures.common import CAVEAT_MARK, figure_family, method_label, plt
 
 
+@figure_family("specbench_speedup", "store")
 def draw(sink, name, title, g, ver) -> None:
     if not len(ver):
         return

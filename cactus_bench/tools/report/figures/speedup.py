@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from cactus_bench.app.runs import Run
 from cactus_bench.core import metrics
-from cactus_bench.tools.report.figures.common import CAVEAT_MARK, delta_label, error_bar, method_label, plt
+from cactus_bench.tools.report.figures.common import (
+    CAVEAT_MARK,
+    delta_label,
+    error_bar,
+    figure_family,
+    method_label,
+    plt,
+)
 
 
 def speedup_of(run: Run, ar_run: Run) -> tuple[metrics.Reading, str]:
@@ -17,6 +24,7 @@ def speedup_of(run: Run, ar_run: Run) -> tuple[metrics.Reading, str]:
     return metrics.read("speedup", run.samples, {"baseline": ar_run.samples}), "task time"
 
 
+@figure_family("speedup", "store")
 def draw(sink, name, title, g, ver) -> None:
     if not len(ver):
         return

@@ -8,6 +8,7 @@ from cactus_bench.core import metrics
 from cactus_bench.tools.report.figures.common import (
     delta_label,
     error_bar,
+    figure_family,
     method_label,
     method_styles,
     plt,
@@ -15,6 +16,7 @@ from cactus_bench.tools.report.figures.common import (
 )
 
 
+@figure_family("tradeoff", "store")
 def draw(sink, name, title, g, ver) -> None:
     """Hollow markers of decreasing size, so methods drawn on the same spot both stay visible; every δ is
     labelled."""
