@@ -9,8 +9,8 @@ from `scripts/device_check.py`), or `estimate` (the model below).
 Cost model (a decode forward on a GPU): the larger of
   * memory: weights plus the rows' KV cache streamed once, at EFFICIENCY x the card's bandwidth;
   * compute: 2 x params x tokens x rows FLOPs at COMPUTE_EFFICIENCY x the card's bf16 peak;
-  * launches: the decode backend's launch floor per layer for each of its engines (`Backend.
-    launch_s_per_layer`; hf: eager dispatches ~72 ops a layer one by one, fast launches one CUDA graph).
+  * launches: the decode backend's launch floor per layer for each of its engines (`tools/costs.py`
+    `launch_s_per_layer`; hf: eager dispatches ~72 ops a layer one by one, fast launches one CUDA graph).
 A speculative round is m drafter steps and one verifier forward over m + 1 tokens and emits AL + 1 tokens;
 the verifier alone emits one token per forward. Item counts and typical lengths are the dataset's own facts
 (`conf/data/<name>.yaml`: items, typical_new_tokens, typical_prompt_tokens).
@@ -29,8 +29,8 @@ from cactus_bench.app.runs import find_run, load_runs
 from cactus_bench.app.schema import DEVICE_RESULTS_DIR, default_paths
 from cactus_bench.app.store import StoreError
 from cactus_bench.core.cli import Command, Key
-from cactus_bench.core.decode.api import Backend, backend
 from cactus_bench.core.methods import BASELINE, is_baseline
+from cactus_bench.tools.costs import COSTS
 from cactus_bench.tools.report import compose_cell, load_spec
 from cactus_bench.tools.report.specs import SPEC_KEYS, SpecError, spec_overrides
 
@@ -165,13 +165,17 @@ def cell_cost(cfg, run, gpu: str, timing_sample: int | None, gpus: int = 1, slot
         capacity = typical_prompt + cfg.max_gen_toks + cfg.m + 1
         rows = auto_rows(None if baseline else drafter, verifier, gpu, capacity) if verifier else 1
 
-    costs = backend(cfg.engine.backend).launch_s_per_layer
+    try:
+        model = COSTS.get(cfg.engine.backend)
+    except ValueError as e:  # a backend without a cost model: say where one goes
+        raise PlanError(f"engine.backend={cfg.engine.backend} cannot be priced: {e} (tools/costs.py)") from None
+    costs = model.launch_s_per_layer
 
     def hours(engine: str, r: int, n: int = items) -> float | None:
         s = item_seconds(cfg, gpu, costs[engine], r, tokens, al)
         return None if s is None else n * s / 3600
 
-    engine = gpu_engine(backend(cfg.engine.backend), cfg.engine.name)  # a plan is for GPUs
+    engine = model.engine_on_gpu(cfg.engine.name)  # a plan is for GPUs
     timed = min(timing_sample or 0, items) if rows > 1 and not baseline else 0
     # a timed item: the method's decode and the verifier alone's, back to back at batch size 1
     one = item_seconds(cfg, gpu, costs[engine], 1, tokens, al)
@@ -181,7 +185,7 @@ def cell_cost(cfg, run, gpu: str, timing_sample: int | None, gpus: int = 1, slot
         else timed * (one + tokens * forward_seconds(verifier, gpu, costs[engine])) / 3600
     )
     chosen, packed = hours(engine, rows), hours(engine, rows * slots)
-    start_s = backend(cfg.engine.backend).startup_s
+    start_s = model.startup_s
     startup = start_s.get(engine, 0.0) / 3600  # each job starts its engine once (with paired timing: two)
     if packed is not None:
         packed += startup
@@ -217,11 +221,6 @@ def detectable(cfg, run, baseline_run, items: int) -> tuple[float | None, str]:
     score = baseline_run.summary.get("score") if baseline_run is not None else None
     p = score / 100 if score is not None else ASSUMED_ACCURACY
     return intervals.detectable_difference(100 * math.sqrt(2 * p * (1 - p)), items), "assumed"
-
-
-def gpu_engine(b: Backend, name: str) -> str:
-    """The engine `engine.name` runs on a GPU (hf: auto is the fast one)."""
-    return b.gpu_engine.get(name, name)
 
 
 def plan(spec: dict, shards: int = 1, gpu: str = "h100", overrides: list[str] = (), slots: int = 1) -> pd.DataFrame:

@@ -164,3 +164,17 @@ def test_slurm_without_a_controller_is_one_paragraph_before_any_work(tmp_path):
         assert "Could not establish a configuration source" in said and "Nothing was submitted" in said
         assert "Traceback" not in said and "run the same sweep command again" not in said
     assert not (tmp_path / "runs").exists()
+
+
+def test_plan_prices_a_backend_from_its_cost_model_and_names_a_missing_one(monkeypatch):
+    """The cost model lives outside `Backend` (tools/costs.py `COSTS`, entry-point group cactus_bench.costs):
+    registration refuses an engine without its launch floor, and a plan for a backend without a cost model
+    is one paragraph naming it."""
+    from cactus_bench.tools.costs import COSTS, CostModel
+    from cactus_bench.tools.plan import main
+
+    with COSTS.scoped(), pytest.raises(ValueError, match=r"GPU engine\(s\) \['graph'\] have no launch_s_per_layer"):
+        COSTS.add("mine", CostModel(gpu_engine={"auto": "graph"}, launch_s_per_layer={}))
+    monkeypatch.delitem(COSTS._items, "vllm")
+    out = run_main(main, "sweeps/table1.yaml", "engine=vllm", "gpu=h200")
+    assert out.returncode == 2 and "unknown backend cost model 'vllm'" in out.stderr, out

@@ -176,10 +176,6 @@ BACKENDS.add(
         load=decoder,
         engines=ENGINES,
         devices=("cpu", "cuda", "mps"),
-        gpu_engine={"eager": "eager", "fast": "fast", "auto": "fast"},  # auto: fast on one CUDA device
-        # eager dispatches ~72 ops per layer one by one (~8 us each from Python: 0.6B 2,014 ops and 14B 2,866
-        # a forward, counted on a CPU); the fast engine launches one CUDA graph whose kernels cost ~40 us a layer
-        launch_s_per_layer={"eager": 72 * 8e-6, "fast": 40e-6},
         missing=missing,
     ),
 )

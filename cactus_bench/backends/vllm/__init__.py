@@ -68,12 +68,6 @@ BACKENDS.add(
         load=load,
         engines=ENGINES,
         devices=("cpu", "cuda"),
-        gpu_engine={"eager": "eager", "compiled": "compiled", "auto": "compiled"},
-        # vLLM's fused kernels launch ~12 ops a layer (~8 us each from Python) eager; a CUDA graph ~40 us a layer
-        launch_s_per_layer={"eager": 12 * 8e-6, "compiled": 40e-6},
-        # engine start-up per run: weights, KV cache, and for `compiled` torch.compile and graph capture
-        # (measured on a CPU with the SmolLM2 pair: 25-47 s eager, 104-135 s compiled)
-        startup_s={"eager": 40.0, "compiled": 135.0},
         missing=missing,
         unavailable=unavailable,
         law_settings=LAW_SETTINGS,

@@ -110,22 +110,17 @@ class DecodeSpec:
 
 @dataclass(frozen=True)
 class Backend:
-    """A decode backend as the app, `plan` and config validation see it."""
+    """A decode backend as the app and config validation see it (what `plan` prices it with: tools/costs.py)."""
 
     load: Callable[[ModelSpec, DecodeSpec], Decoder]  # builds a decoder, loading (or reusing) the models
     engines: tuple[str, ...]  # the values engine.name may take
     devices: tuple[str, ...]  # the device kinds it decodes on (cpu, cuda, ...)
-    # plan's cost model: the engine each engine.name runs on a GPU, and that engine's launch floor per layer
-    # (seconds a forward costs beyond its memory and compute time)
-    gpu_engine: dict[str, str] = field(default_factory=dict)
-    launch_s_per_layer: dict[str, float] = field(default_factory=dict)
     # what of these models is not here, each with its fix, before anything loads (a run offline names every
     # missing model and dataset at once); None: the backend cannot tell before loading
     missing: Callable[[ModelSpec], list[str]] | None = None
     # why the backend cannot run on this machine (its engine package is not installed: what to install), as
     # one paragraph, checked with the config before anything loads; None: it can
     unavailable: Callable[[], str | None] | None = None
-    startup_s: dict[str, float] = field(default_factory=dict)  # plan's cost model: seconds to start an engine
     # the backend's settings (`engine.settings.*`) that change the law of a sample's tokens: part of a run's
     # identity; and a check of all its settings, raising a ValueError that names the key (None: it has none)
     law_settings: tuple[str, ...] = ()
@@ -138,9 +133,6 @@ def _check_backend(name: str, backend: Backend) -> None:
         raise TypeError(f"decode backend {name!r}: register a decode.api.Backend, not {type(backend).__name__}")
     if not backend.engines:
         raise ValueError(f"decode backend {name!r} names no engine")
-    unpriced = [e for e in backend.gpu_engine.values() if e not in backend.launch_s_per_layer]
-    if unpriced:
-        raise ValueError(f"decode backend {name!r}: GPU engine(s) {unpriced} have no launch_s_per_layer")
 
 
 BACKENDS: Registry[Backend] = Registry("decode backend", _check_backend, group="cactus_bench.backends")

@@ -55,7 +55,5 @@ BACKENDS.add(
         load=CannedDecoder,
         engines=("canned",),
         devices=("cpu",),
-        gpu_engine={"canned": "canned"},
-        launch_s_per_layer={"canned": 0.0},
     ),
 )
