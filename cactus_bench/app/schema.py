@@ -155,7 +155,6 @@ GROUPS = {  # config group -> what it chooses (the --help text; options are the 
     "engine": "decode backend and engine",
     "tracking": "experiment tracking",
     "paths": "folders read and written",
-    "experiment": "a stored set of overrides",
 }
 NESTED = "sampling.temperature, method.params.<name>, pair.device, data.subset, tracking.mode, paths.results, ..."
 EXAMPLES = (
