@@ -214,26 +214,11 @@ def build_rounds(recorded: list[list], n_tokens: int, max_tokens: int, eos: set[
     round is cut where the generation stopped. Times: vLLM does not split a step into drafting and verifying,
     so beyond the acceptance step's own time (t_rule) a generation's time is t_other."""
     rounds = Rounds()
-    zero = dict(
-        drafted=0,
-        accepted=0,
-        accepted_any=0,
-        emitted=1,
-        t_draft=0.0,
-        t_verify=0.0,
-        t_rule=0.0,
-        t_other=0.0,
-        kl_sum=0.0,
-        kl_count=0,
-        out_kl_sum=0.0,
-        out_kl_count=0,
-        out_kl_skipped=0,
-    )
     done = min(1, n_tokens)  # the prefill's token
     for before, drafts, passes, kl, out_kl, fits, t_rule in recorded:
         before = int(before)
         for _ in range(before - done):
-            rounds.add(**zero)
+            rounds.record_token()
         m = len(drafts)
         through_eos = next((j + 1 for j, t in enumerate(drafts) if t in eos), m)
         budget = torch.tensor([draft_budget(m, max_tokens - before)])
@@ -248,24 +233,12 @@ def build_rounds(recorded: list[list], n_tokens: int, max_tokens: int, eos: set[
             )[0].tolist()
         )
         emitted = min(int(c["accepted"]) + 1, n_tokens - before)  # the generation may stop inside this round
-        rounds.add(
-            drafted=int(c["drafted"]),
-            accepted=min(int(c["accepted"]), emitted),
-            accepted_any=int(c["accepted_any"]),
-            emitted=emitted,
-            t_draft=0.0,
-            t_verify=0.0,
-            t_rule=t_rule,
-            t_other=0.0,
-            kl_sum=c["kl_sum"],
-            kl_count=int(c["kl_count"]) if kl is not None else 0,
-            out_kl_sum=c["out_kl_sum"],
-            out_kl_count=int(c["out_kl_count"]),
-            out_kl_skipped=int(c["out_kl_skipped"]),
-        )
+        if kl is None:  # no target KL measured: none counted
+            c["kl_count"] = 0
+        rounds.record(c, accepted=min(int(c["accepted"]), emitted), emitted=emitted, times=(0.0, 0.0, t_rule))
         done = before + emitted
     for _ in range(n_tokens - done):
-        rounds.add(**zero)
+        rounds.record_token()
     if rounds.t_other:
         rounds.t_other[-1] = max(wall - sum(rounds.t_rule), 0.0)
     return rounds

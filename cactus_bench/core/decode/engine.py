@@ -358,21 +358,7 @@ class Engine:
             reason = "eos" if t in self.eos else ("length" if row.left <= 0 else None)
             if reason is None and row.job.stop is not None and row.job.stop(row.generated):
                 reason = "stop"
-            row.rounds.add(
-                drafted=0,
-                accepted=0,
-                accepted_any=0,
-                emitted=1,
-                t_draft=0.0,
-                t_verify=t_verify,
-                t_rule=t_rule,
-                t_other=clock.lap(),
-                kl_sum=0.0,
-                kl_count=0,
-                out_kl_sum=0.0,
-                out_kl_count=0,
-                out_kl_skipped=0,
-            )
+            row.rounds.record_token(t_verify, t_rule, clock.lap())
             if reason is not None:
                 finished.append((b, reason))
         return finished

@@ -38,9 +38,13 @@ class Rounds:
         for k, v in row.items():
             getattr(self, k).append(v)
 
-    def record(self, c: dict[str, float], accepted: int, emitted: int, times: tuple[float, float, float]) -> None:
-        """One round of a decode engine: its counted columns (`counted`) read back, the accepted drafts and
-        emitted tokens it committed (cut at EOS or the budget), and its draft, verify and rule times."""
+    def record(
+        self, c: dict[str, float], accepted: int, emitted: int, times: tuple[float, float, float], t_other=0.0
+    ) -> None:
+        """One round of a decode backend: its counted columns (`counted`) read back, the accepted drafts and
+        emitted tokens it committed (cut at EOS or the budget), its draft, verify and rule times (t_other: the
+        rest, often set once the round's rows have all committed). Every backend records through here, so a
+        new counter is a column, its place in `COUNTED` and `round_columns`, and its sum in `counters`."""
         t_draft, t_verify, t_rule = times
         self.add(
             drafted=int(c["drafted"]),
@@ -50,7 +54,7 @@ class Rounds:
             t_draft=t_draft,
             t_verify=t_verify,
             t_rule=t_rule,
-            t_other=0.0,  # set when the round's rows have all committed
+            t_other=t_other,
             kl_sum=c["kl_sum"],
             kl_count=int(c["kl_count"]),
             out_kl_sum=c["out_kl_sum"],
@@ -58,10 +62,15 @@ class Rounds:
             out_kl_skipped=int(c["out_kl_skipped"]),
         )
 
+    def record_token(self, t_verify: float = 0.0, t_rule: float = 0.0, t_other: float = 0.0) -> None:
+        """A call that emitted one token and tested no draft (the verifier alone's step)."""
+        self.record(NOTHING_COUNTED, accepted=0, emitted=1, times=(0.0, t_verify, t_rule), t_other=t_other)
+
 
 COLUMNS = frozenset(f.name for f in fields(Rounds))  # checked once per round: a set compare, no reflection
 # what `round_columns` returns, in order
 COUNTED = ("accepted", "drafted", "accepted_any", "kl_count", "out_kl_count", "out_kl_skipped", "kl_sum", "out_kl_sum")
+NOTHING_COUNTED = dict.fromkeys(COUNTED, 0.0)
 
 
 def draft_budget(drafted: int, left: int) -> int:
