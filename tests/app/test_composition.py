@@ -26,8 +26,7 @@ CONF = ROOT / "conf"
 
 
 GROUPS = {
-    g: sorted(p.stem for p in (CONF / g).glob("*.yaml"))
-    for g in ("pair", "data", "sampling", "tracking", "engine")
+    g: sorted(p.stem for p in (CONF / g).glob("*.yaml")) for g in ("pair", "data", "sampling", "tracking", "engine")
 } | {"method": method_names()}  # the method group is generated from the rules (app/method_configs.py)
 
 
