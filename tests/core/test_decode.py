@@ -5,7 +5,7 @@ import itertools
 import pytest
 import torch
 
-from cactus_bench.core.decode import Engine, EngineOptions, Job, autoregressive_generate, speculative_generate
+from cactus_bench.core.decode import Engine, EngineOptions, Job, autoregressive_generate, buckets, speculative_generate
 from cactus_bench.core.decode import cache as cache_mod
 from cactus_bench.core.decode import engine as engine_mod
 from cactus_bench.core.rules import build_rule
@@ -110,7 +110,7 @@ def no_rollback(monkeypatch):
     monkeypatch.setattr(cache_mod.ModelRunner, "prefill", prefill)
     monkeypatch.setattr(cache_mod.ModelRunner, "forward", forward)
     monkeypatch.setattr(cache_mod.ModelRunner, "set_positions", never_back)
-    monkeypatch.setattr(engine_mod, "capacity_for", lambda n: cache_mod.kv_bucket(8 * n))  # room for what piles up
+    monkeypatch.setattr(engine_mod, "capacity_for", lambda n: buckets.kv_bucket(8 * n))  # room for what piles up
 
 
 def test_rollback_check_rejects_a_loop_that_forgets_to_roll_back(pair, no_rollback):

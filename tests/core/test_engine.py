@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from cactus_bench.core.decode import Engine, EngineOptions, Job, graphs, memory
+from cactus_bench.core.decode import Engine, EngineOptions, Job, buckets, graphs, memory
 from cactus_bench.core.decode import cache as cache_mod
 from cactus_bench.core.rules import build_rule
 from cactus_bench.tools.perf.launch import per_round
@@ -79,10 +79,10 @@ def test_no_recompiles_after_warm_up(pair):
 def test_buckets_grow_with_the_sequence_and_the_graph_plan_says_how_many():
     """Attention reads the live prefix's bucket, not the whole budget; a GSM8K-sized run (1,000-token prompt,
     4,096 new tokens, m = 20) compiles a small, stated number of graphs."""
-    sizes = [cache_mod.kv_bucket(n) for n in (1, 256, 257, 385, 1000, 3000, 5000)]
+    sizes = [buckets.kv_bucket(n) for n in (1, 256, 257, 385, 1000, 3000, 5000)]
     assert sizes == [64, 256, 384, 512, 1024, 3072, 6144]
-    gsm8k = cache_mod.capacity_for(1000 + 4096 + 22)
-    assert cache_mod.buckets_between(1000, gsm8k) == [1024, 1536, 2048, 3072, 4096, 6144]
+    gsm8k = buckets.capacity_for(1000 + 4096 + 22)
+    assert buckets.buckets_between(1000, gsm8k) == [1024, 1536, 2048, 3072, 4096, 6144]
     engine = Engine(tiny_qwen3(), tiny_qwen3(seed=1), build_rule("sps"), 20)
     plan = engine.graph_plan(1000, gsm8k)
     assert plan.startswith("up to 18 graphs") and "drafter 2 width(s) x 6 buckets" in plan
@@ -292,7 +292,7 @@ def test_batch_size_auto_is_chosen_once_per_pair_and_process(monkeypatch):
     the caches of earlier runs are neither piled up nor counted as used. Control: measuring free memory
     afresh after the first run (what the engine did before) picks fewer rows."""
     drafter, verifier = fresh_pair()
-    capacity, lookahead = cache_mod.capacity_for(3 + 40 + 5), 5
+    capacity, lookahead = buckets.capacity_for(3 + 40 + 5), 5
     per_row = memory.row_bytes([verifier, drafter], capacity, lookahead, 64, prompt=3)
     card = 10 * per_row / 0.8 + 1  # room for 10 rows
 
@@ -353,7 +353,7 @@ def test_grouped_attention_copies_no_keys_per_query_head_and_gives_the_same_logi
             runner.prefill([0, 1, 2], [[1, 2, 3], list(range(4, 30)), [5, 6]])
             runner.set_positions([3, 26, 2])
             ids = torch.arange(rows * n).reshape(rows, n) % 60 + 1
-            with ExpandedKV(cache_mod.kv_bucket(26 + n, 128)) as seen:
+            with ExpandedKV(buckets.kv_bucket(26 + n, 128)) as seen:
                 logits = runner.forward(ids, 26 + n, n, 64, lambda x: x.float().softmax(-1), logits=True)[0]
         return logits, seen.copies
 
@@ -382,7 +382,7 @@ def test_the_memory_model_of_batch_size_auto_on_the_papers_pair(monkeypatch):
     )  # Qwen3-14B's config.json
     drafter = meta(SHAPES["qwen3-0.6b"])
     m, prompt = 20, 1000
-    capacity = cache_mod.capacity_for(prompt + 4096 + m + 2)
+    capacity = buckets.capacity_for(prompt + 4096 + m + 2)
     per_row = memory.row_bytes([verifier, drafter], capacity, m, 151936, prompt)
     kv = capacity * (memory.bytes_per_position(verifier) + memory.bytes_per_position(drafter))
     allocated = 0

@@ -21,7 +21,7 @@ _WHERE = {
     "stable_seed": "api",
     "ForwardTimer": "cache",
     "ModelRunner": "cache",
-    "kv_bucket": "cache",
+    "kv_bucket": "buckets",
     "Engine": "engine",
     "EngineOptions": "engine",
     "Job": "engine",

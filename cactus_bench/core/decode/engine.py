@@ -34,7 +34,8 @@ import torch
 from torch import Tensor
 
 from cactus_bench.core.decode import graphs, memory
-from cactus_bench.core.decode.cache import ModelRunner, buckets_between, capacity_for, device_of, on, to_device
+from cactus_bench.core.decode.buckets import buckets_between, capacity_for
+from cactus_bench.core.decode.cache import ModelRunner, device_of, on, to_device
 from cactus_bench.core.decode.jobs import EngineOptions, Job, PhaseClock, RoundPlan, Row, cut_tokens
 from cactus_bench.core.decode.output_kl import output_kl, support_for
 from cactus_bench.core.decode.stats import (

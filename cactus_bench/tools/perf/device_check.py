@@ -41,7 +41,7 @@ import torch
 
 from cactus_bench.core.cli import Command, Key
 from cactus_bench.core.decode import Engine, EngineOptions, ForwardTimer, Job, Warper
-from cactus_bench.core.decode.cache import buckets_between, kv_bucket
+from cactus_bench.core.decode.buckets import buckets_between, kv_bucket
 from cactus_bench.core.decode.graphs import COMPILES
 from cactus_bench.core.decode.memory import bytes_per_position, weight_bytes
 from cactus_bench.core.rules import build_rule
