@@ -53,7 +53,10 @@ class ForwardMeter:
             h.remove()
 
 
-def hf_generate(verifier, drafter, ids, args, seed):
+MATMULS = ("aten::mm", "aten::addmm")
+
+
+def hf_generate(verifier, drafter, ids, args, seed, matmuls=False):
     kw = sampling(args.temperature, args.top_k, args.top_p, args.new_tokens, assistant_warps=args.hf_assistant)
     drafting = contextlib.nullcontext()
     if drafter is not None:
@@ -61,14 +64,18 @@ def hf_generate(verifier, drafter, ids, args, seed):
         drafting = assistant_setup(drafter, args.m)
     torch.manual_seed(seed)
     meter = ForwardMeter(verifier, *([drafter] if drafter is not None else []))
+    profiling = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if matmuls else None
     t = time.perf_counter()
-    with drafting, torch.inference_mode():
+    with drafting, torch.inference_mode(), profiling or contextlib.nullcontext():
         out = verifier.generate(torch.tensor([ids]), **kw)
     wall = time.perf_counter() - t
     meter.remove()
     new = out.shape[1] - len(ids)
     # assisted generation verifies its first drafts in the prompt's forward: verifier calls = rounds, as ours
-    return {"tokens": new, "wall": wall, "tau": new / meter.n, "rounds": meter.n, "fwd_share": meter.t / wall}
+    run = {"tokens": new, "wall": wall, "tau": new / meter.n, "rounds": meter.n, "fwd_share": meter.t / wall}
+    if profiling is not None:  # the matrix-multiply kernels' own time (the linear layers' GEMMs)
+        run["matmul_s"] = 1e-6 * sum(e.self_cpu_time_total for e in profiling.key_averages() if e.key in MATMULS)
+    return run
 
 
 def run_pair(name, args):
@@ -131,6 +138,14 @@ def run_pair(name, args):
         for key, fn in methods.items():
             rows[key].append(fn(ids, args.seed + i))
 
+    # the matmuls a round runs (the GEMM kernels' own time, profiled in extra untimed runs of HF assisted: the
+    # same layers at the same shapes as any loop with m drafts a round): what is left of a round when every
+    # loop's own cost and every other op of the forwards is gone
+    matmul_runs = [
+        hf_generate(verifier, drafter, ids, args, args.seed + i, matmuls=True) for i, ids in enumerate(prompts[:2])
+    ]
+    matmul_round_s = sum(x["matmul_s"] for x in matmul_runs) / sum(x["rounds"] for x in matmul_runs)
+
     # the bare cost of one verifier forward over m+1 tokens at this context (for the record)
     with torch.inference_mode():
         x = torch.tensor([prompts[0]])
@@ -153,13 +168,14 @@ def run_pair(name, args):
         ratios = [o["tokens"] / o["wall"] / (h["tokens"] / h["wall"]) for o, h in zip(rows[ours], rows[hf])]
         return min(ratios), max(ratios)
 
+    def seconds_per_round(key):
+        return sum(x["wall"] for x in rows[key]) / sum(x["rounds"] for x in rows[key])
+
     def per_round(ours, hf):
         """HF's seconds per verifier call over ours: the loops' own speed, whatever τ each run drew (the two
         draw their acceptances from different random numbers: over 4 prompts their τ can differ by 15 % by
         chance, which the tokens/s ratio carries)."""
-        return (sum(x["wall"] for x in rows[hf]) / sum(x["rounds"] for x in rows[hf])) / (
-            sum(x["wall"] for x in rows[ours]) / sum(x["rounds"] for x in rows[ours])
-        )
+        return seconds_per_round(hf) / seconds_per_round(ours)
 
     res = {k: agg(k) for k in rows}
 
@@ -187,6 +203,12 @@ def run_pair(name, args):
         "sps_vs_ours_ar": res["ours_sps"]["tokens_per_s"] / res["ours_ar"]["tokens_per_s"],
         "outside_forward_share": 1 - res["ours_sps"]["fwd_share"],
         "hf_assisted_outside_forward_share": 1 - res["hf_assisted"]["fwd_share"],
+        "ms_per_round": {
+            k: 1e3 * seconds_per_round(k) for k in ("hf_assisted", "ours_sps", "ours_sps_fast") if k in rows
+        },
+        "matmul_ms_per_round": 1e3 * matmul_round_s,
+        # the per-verifier-call ratio of a loop whose rounds were their matmuls alone: no engine's ceiling is higher
+        "matmul_bound_per_round": seconds_per_round("hf_assisted") / matmul_round_s,
     }
     if args.fast:
         result["fast_sps_vs_hf_assisted"] = res["ours_sps_fast"]["tokens_per_s"] / res["hf_assisted"]["tokens_per_s"]
@@ -272,6 +294,23 @@ def main():
                 f"{m['ours_ar_fast']['tokens_per_s']:.1f} | "
                 f"**{r['fast_ar_vs_hf_generate']:.2f}x** |"
             )
+    lines += [
+        "",
+        "What a round costs (ms per verifier call: m drafts and one verify), and its matmuls alone (the GEMM "
+        "kernels' own time for every linear layer of both models at the round's shapes, profiled in HF's "
+        "runs: the same kernels every loop calls). HF's round over its matmuls is the per-call ratio no "
+        "engine can pass on this CPU.",
+        "",
+        "| pair | HF assisted | ours eager | ours fast | matmuls alone | **ceiling: HF / matmuls** |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        ms = r["ms_per_round"]
+        fast = f"{ms['ours_sps_fast']:.2f}" if "ours_sps_fast" in ms else "-"
+        lines.append(
+            f"| {r['pair']} | {ms['hf_assisted']:.2f} | {ms['ours_sps']:.2f} | {fast} | "
+            f"{r['matmul_ms_per_round']:.2f} | **{r['matmul_bound_per_round']:.2f}x** |"
+        )
     command = "python scripts/bench_speed.py" + (
         " small=true"
         if args.small

@@ -287,6 +287,61 @@ def test_each_model_has_its_own_recompile_limit_and_passing_it_is_an_error(monke
         decode(engine, jobs([[1, 2, 3]], new_tokens=12))
 
 
+def varied_decodes(drafter, verifier) -> list:
+    """Every setting a compiled step's guards read, varied across one model pair's runs: rules, m, warpers
+    (greedy included), batch sizes, prompts in two key buckets, and the verifier alone. Tokens per run."""
+    from cactus_bench.core.decode.warp import Warper
+
+    runs = []
+    for rule, m, warper, rows in [
+        ("sps", 3, Warper(), 1),
+        ("cactus", 3, Warper(0.7, 5, 0.9), 1),
+        ("sps", 1, Warper(0.0), 2),
+        (None, 0, Warper(0.8), 2),
+    ]:
+        options = EngineOptions(rows, "eager")
+        engine = Engine(verifier, drafter if rule else None, rule and build_rule(rule), m, warper, options=options)
+        runs.append([o.tokens for o in decode(engine, jobs([[1, 2, 3], [4] * 70], new_tokens=10))])
+    return runs
+
+
+def test_a_compiled_steps_signature_holds_everything_its_guards_check(monkeypatch):
+    """Each call signature compiles one graph and, with dynamo's guards checked on every call, never a
+    second across varied runs: the signature is complete, so skipping the guards (`SKIP_GUARDS`) runs the
+    graph dynamo would pick. Control: a signature without the warper recompiles at the first new temperature
+    and stops the run."""
+    monkeypatch.setattr(cache_mod, "SKIP_GUARDS", False)
+    drafter, verifier = fresh_pair()
+    varied_decodes(drafter, verifier)
+    steps = [step for model in (drafter, verifier) for step in cache_mod._COMPILED[model].values()]
+    assert len(steps) >= 6 and all(step.calls >= 1 for step in steps)
+    full = cache_mod.ModelRunner.signature
+    monkeypatch.setattr(cache_mod.ModelRunner, "signature", lambda self, args: full(self, (*args[:7], None, *args[8:])))
+    with pytest.raises(cache_mod.SignatureIncompleteError, match="recompiled for the signature"):
+        varied_decodes(*fresh_pair())
+
+
+@pytest.mark.slow  # four pairs' worth of traced graphs: ~1 min
+def test_skipping_guards_decodes_what_checking_them_decodes(monkeypatch):
+    """The same varied runs decode the same tokens with guards skipped after each signature's first call
+    and with guards checked on every call. Controls: with the warper left out of the signature, skipping
+    the guards silently runs a stale graph (other tokens), and the periodic full check catches it."""
+    seed = int(torch.randint(1000, (1,)))
+    pair = lambda: tiny_pair(vocab_size=64, logit_scale=3.0, seed=seed)  # noqa: E731
+    monkeypatch.setattr(cache_mod, "SKIP_GUARDS", False)
+    checked = varied_decodes(*pair())
+    monkeypatch.setattr(cache_mod, "SKIP_GUARDS", True)
+    assert varied_decodes(*pair()) == checked
+    full = cache_mod.ModelRunner.signature
+    without_warper = lambda self, args: full(self, (*args[:7], None, *args[8:]))  # noqa: E731
+    monkeypatch.setattr(cache_mod, "GUARD_CHECK_EVERY", 10**9)
+    monkeypatch.setattr(cache_mod.ModelRunner, "signature", without_warper)
+    assert varied_decodes(*pair()) != checked
+    monkeypatch.setattr(cache_mod, "GUARD_CHECK_EVERY", 2)
+    with pytest.raises(cache_mod.SignatureIncompleteError):
+        varied_decodes(*pair())
+
+
 def test_batch_size_auto_is_chosen_once_per_pair_and_process(monkeypatch):
     """A local sweep's runs (SpS, Cactus, the verifier alone) on a simulated card: the same rows each run, and
     the caches of earlier runs are neither piled up nor counted as used. Control: measuring free memory
