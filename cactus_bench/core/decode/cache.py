@@ -366,6 +366,7 @@ class ModelRunner:
     def _compiled(self, args: tuple) -> tuple:
         """The compiled step of this call's signature; a call that compiled a graph adds to COMPILES (and is
         logged)."""
+        assert self.compile is not None  # only compiled runners call this
         steps = _COMPILED.setdefault(self.model, {})
         signature = self.signature(args)
         step = steps.get(signature)
