@@ -53,10 +53,36 @@ class ForwardMeter:
             h.remove()
 
 
-MATMULS = ("aten::mm", "aten::addmm")
+# Where a round's time goes, by the profiler's events (self time): the same kernels in every loop (GEMMs,
+# attention), what torch.compile adds per call, and the rest; Python between ops is the wall time no event
+# holds. First match wins.
+PARTS = {
+    "GEMMs": lambda k: k in ("aten::mm", "aten::addmm"),
+    "attention": lambda k: "scaled_dot_product" in k,
+    "compiled code": lambda k: k.startswith("## Call CompiledFxGraph"),
+    "dynamo": lambda k: "Compiled Region" in k or "Cache Lookup" in k or "Pregraph" in k or "AOTDispatcher" in k,
+    "other ops": lambda k: True,
+}
 
 
-def hf_generate(verifier, drafter, ids, args, seed, matmuls=False):
+SPLIT_LOOPS = {"hf_assisted": "HF assisted", "ours_sps": "ours eager", "ours_sps_fast": "ours fast"}
+
+
+def round_split(run, ids, seed) -> dict:
+    """One untimed run of `run` under torch's profiler: milliseconds per verifier call in each of PARTS and
+    in Python outside any op (the prefill's share included, as in the timed runs)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        t = time.perf_counter()
+        out = run(ids, seed)
+        wall = time.perf_counter() - t
+    split = dict.fromkeys(PARTS, 0.0)
+    for event in prof.key_averages():
+        split[next(part for part, match in PARTS.items() if match(event.key))] += event.self_cpu_time_total * 1e-6
+    split["Python outside ops"] = wall - sum(split.values())
+    return {part: 1e3 * seconds / out["rounds"] for part, seconds in {"round": wall, **split}.items()}
+
+
+def hf_generate(verifier, drafter, ids, args, seed):
     kw = sampling(args.temperature, args.top_k, args.top_p, args.new_tokens, assistant_warps=args.hf_assistant)
     drafting = contextlib.nullcontext()
     if drafter is not None:
@@ -64,18 +90,14 @@ def hf_generate(verifier, drafter, ids, args, seed, matmuls=False):
         drafting = assistant_setup(drafter, args.m)
     torch.manual_seed(seed)
     meter = ForwardMeter(verifier, *([drafter] if drafter is not None else []))
-    profiling = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if matmuls else None
     t = time.perf_counter()
-    with drafting, torch.inference_mode(), profiling or contextlib.nullcontext():
+    with drafting, torch.inference_mode():
         out = verifier.generate(torch.tensor([ids]), **kw)
     wall = time.perf_counter() - t
     meter.remove()
     new = out.shape[1] - len(ids)
     # assisted generation verifies its first drafts in the prompt's forward: verifier calls = rounds, as ours
-    run = {"tokens": new, "wall": wall, "tau": new / meter.n, "rounds": meter.n, "fwd_share": meter.t / wall}
-    if profiling is not None:  # the matrix-multiply kernels' own time (the linear layers' GEMMs)
-        run["matmul_s"] = 1e-6 * sum(e.self_cpu_time_total for e in profiling.key_averages() if e.key in MATMULS)
-    return run
+    return {"tokens": new, "wall": wall, "tau": new / meter.n, "rounds": meter.n, "fwd_share": meter.t / wall}
 
 
 def run_pair(name, args):
@@ -138,13 +160,10 @@ def run_pair(name, args):
         for key, fn in methods.items():
             rows[key].append(fn(ids, args.seed + i))
 
-    # the matmuls a round runs (the GEMM kernels' own time, profiled in extra untimed runs of HF assisted: the
-    # same layers at the same shapes as any loop with m drafts a round): what is left of a round when every
-    # loop's own cost and every other op of the forwards is gone
-    matmul_runs = [
-        hf_generate(verifier, drafter, ids, args, args.seed + i, matmuls=True) for i, ids in enumerate(prompts[:2])
-    ]
-    matmul_round_s = sum(x["matmul_s"] for x in matmul_runs) / sum(x["rounds"] for x in matmul_runs)
+    # each SpS loop's round split into parts (profiled, untimed: the profiler slows every op), on one prompt
+    with torch.profiler.profile():  # the profiler's first use sets itself up (tens of ms): not in a split
+        torch.zeros(1)
+    splits = {k: round_split(methods[k], prompts[0], args.seed) for k in SPLIT_LOOPS if k in methods}
 
     # the bare cost of one verifier forward over m+1 tokens at this context (for the record)
     with torch.inference_mode():
@@ -206,9 +225,9 @@ def run_pair(name, args):
         "ms_per_round": {
             k: 1e3 * seconds_per_round(k) for k in ("hf_assisted", "ours_sps", "ours_sps_fast") if k in rows
         },
-        "matmul_ms_per_round": 1e3 * matmul_round_s,
-        # the per-verifier-call ratio of a loop whose rounds were their matmuls alone: no engine's ceiling is higher
-        "matmul_bound_per_round": seconds_per_round("hf_assisted") / matmul_round_s,
+        "round_split_ms": splits,
+        # the per-verifier-call ratio of a loop whose rounds were their GEMMs alone: no engine's ceiling is higher
+        "gemm_bound_per_round": 1e3 * seconds_per_round("hf_assisted") / splits["hf_assisted"]["GEMMs"],
     }
     if args.fast:
         result["fast_sps_vs_hf_assisted"] = res["ours_sps_fast"]["tokens_per_s"] / res["hf_assisted"]["tokens_per_s"]
@@ -294,23 +313,26 @@ def main():
                 f"{m['ours_ar_fast']['tokens_per_s']:.1f} | "
                 f"**{r['fast_ar_vs_hf_generate']:.2f}x** |"
             )
+    parts = [*PARTS, "Python outside ops"]
     lines += [
         "",
-        "What a round costs (ms per verifier call: m drafts and one verify), and its matmuls alone (the GEMM "
-        "kernels' own time for every linear layer of both models at the round's shapes, profiled in HF's "
-        "runs: the same kernels every loop calls). HF's round over its matmuls is the per-call ratio no "
-        "engine can pass on this CPU.",
+        "Where a round's time goes (ms per verifier call: m drafts and one verify; one prompt profiled after the "
+        "timed runs, so each op carries the profiler's ~1 µs): GEMMs and attention are the same kernels in every "
+        "loop, compiled code and dynamo are what torch.compile runs per call, other ops are the models' other "
+        "eager ops and the loop's own, Python is the time no op holds. The ceiling is HF's timed round over its "
+        "GEMMs: the per-call ratio no engine passes on this CPU.",
         "",
-        "| pair | HF assisted | ours eager | ours fast | matmuls alone | **ceiling: HF / matmuls** |",
-        "|---|---|---|---|---|---|",
+        "| pair | loop | round, timed | round, profiled | " + " | ".join(parts) + " | ceiling: HF / GEMMs |",
+        "|---|---|---|---|" + "---|" * (len(parts) + 1),
     ]
     for r in results:
-        ms = r["ms_per_round"]
-        fast = f"{ms['ours_sps_fast']:.2f}" if "ours_sps_fast" in ms else "-"
-        lines.append(
-            f"| {r['pair']} | {ms['hf_assisted']:.2f} | {ms['ours_sps']:.2f} | {fast} | "
-            f"{r['matmul_ms_per_round']:.2f} | **{r['matmul_bound_per_round']:.2f}x** |"
-        )
+        for loop, split in r["round_split_ms"].items():
+            ceiling = f"**{r['gemm_bound_per_round']:.2f}x**" if loop == "hf_assisted" else ""
+            cells = " | ".join(f"{split[part]:.2f}" for part in parts)
+            timed = r["ms_per_round"][loop]
+            lines.append(
+                f"| {r['pair']} | {SPLIT_LOOPS[loop]} | {timed:.2f} | {split['round']:.2f} | {cells} | {ceiling} |"
+            )
     command = "python scripts/bench_speed.py" + (
         " small=true"
         if args.small
