@@ -1,6 +1,7 @@
 """W&B as a dashboard (app/tracking.py, dashboard.py): one W&B run per run, resumed, logging what the
 dashboards read."""
 
+import time
 from pathlib import Path
 
 from cactus_bench.app import run as run_mod
@@ -28,16 +29,28 @@ def test_wandb_resumes_one_run_and_logs_what_dashboards_need(small_pair_dir, tmp
     assert len(offline) == 2 and len({p.name.split("-")[3] for p in offline}) == 1  # one W&B id
     debug_log = (offline[-1] / "logs" / "debug.log").read_text()  # W&B's own record of the run's config
     assert "'method': 'cactus', 'delta': 0.75, 'm': 2, 'pair': 'small', 'data': 'arith'" in debug_log
-    records = next(offline[-1].glob("*.wandb")).read_bytes()
-    for key in (
+    keys = (
         b"sample/accepted_length",
         b"sample/score",
         b"sample/stopped_on_length",
         b"accepted_length_histogram",
         b"speedup",
         b"rej",
-    ):
+    )
+    records = written(offline[-1], keys)
+    for key in keys:
         assert key in records, key
+
+
+def written(run_folder: Path, keys: tuple[bytes, ...], seconds: float = 60.0) -> bytes:
+    """The run's transaction log once it holds every key, or as it stands after `seconds`: W&B's service
+    process may still be writing it when `finish` has returned (a loaded CI machine read it header-only)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        records = next(run_folder.glob("*.wandb")).read_bytes()
+        if all(key in records for key in keys) or time.monotonic() > deadline:
+            return records
+        time.sleep(0.2)
 
 
 def test_the_dashboard_description_reads_only_what_runs_log():
