@@ -295,6 +295,7 @@ def varied_decodes(drafter, verifier) -> list:
     runs = []
     for rule, m, warper, rows in [
         ("sps", 3, Warper(), 1),
+        ("sps", 2, Warper(), 1),  # the drafts' uniforms: same shapes, other strides
         ("cactus", 3, Warper(0.7, 5, 0.9), 1),
         ("sps", 1, Warper(0.0), 2),
         (None, 0, Warper(0.8), 2),
@@ -308,16 +309,21 @@ def varied_decodes(drafter, verifier) -> list:
 def test_a_compiled_steps_signature_holds_everything_its_guards_check(monkeypatch):
     """Each call signature compiles one graph and, with dynamo's guards checked on every call, never a
     second across varied runs: the signature is complete, so skipping the guards (`SKIP_GUARDS`) runs the
-    graph dynamo would pick. Control: a signature without the warper recompiles at the first new temperature
-    and stops the run."""
-    monkeypatch.setattr(cache_mod, "SKIP_GUARDS", False)
+    graph dynamo would pick. Controls: a signature without the warper recompiles at the first new
+    temperature, and one with the tensors' shapes but not their strides at the first new m (what an
+    order of tests sharing a pair once hit): each stops the run."""
+    monkeypatch.setattr(graphs, "SKIP_GUARDS", False)
     drafter, verifier = fresh_pair()
     varied_decodes(drafter, verifier)
     steps = [step for model in (drafter, verifier) for step in cache_mod._COMPILED[model].values()]
     assert len(steps) >= 6 and all(step.calls >= 1 for step in steps)
     full = cache_mod.ModelRunner.signature
     monkeypatch.setattr(cache_mod.ModelRunner, "signature", lambda self, args: full(self, (*args[:7], None, *args[8:])))
-    with pytest.raises(cache_mod.SignatureIncompleteError, match="recompiled for the signature"):
+    with pytest.raises(graphs.SignatureIncompleteError, match="recompiled for the signature"):
+        varied_decodes(*fresh_pair())
+    monkeypatch.setattr(cache_mod.ModelRunner, "signature", full)
+    monkeypatch.setattr(graphs, "layout", lambda t: None if t is None else tuple(t.shape))
+    with pytest.raises(graphs.SignatureIncompleteError, match="recompiled for the signature"):
         varied_decodes(*fresh_pair())
 
 
@@ -328,17 +334,17 @@ def test_skipping_guards_decodes_what_checking_them_decodes(monkeypatch):
     the guards silently runs a stale graph (other tokens), and the periodic full check catches it."""
     seed = int(torch.randint(1000, (1,)))
     pair = lambda: tiny_pair(vocab_size=64, logit_scale=3.0, seed=seed)  # noqa: E731
-    monkeypatch.setattr(cache_mod, "SKIP_GUARDS", False)
+    monkeypatch.setattr(graphs, "SKIP_GUARDS", False)
     checked = varied_decodes(*pair())
-    monkeypatch.setattr(cache_mod, "SKIP_GUARDS", True)
+    monkeypatch.setattr(graphs, "SKIP_GUARDS", True)
     assert varied_decodes(*pair()) == checked
     full = cache_mod.ModelRunner.signature
     without_warper = lambda self, args: full(self, (*args[:7], None, *args[8:]))  # noqa: E731
-    monkeypatch.setattr(cache_mod, "GUARD_CHECK_EVERY", 10**9)
+    monkeypatch.setattr(graphs, "GUARD_CHECK_EVERY", 10**9)
     monkeypatch.setattr(cache_mod.ModelRunner, "signature", without_warper)
     assert varied_decodes(*pair()) != checked
-    monkeypatch.setattr(cache_mod, "GUARD_CHECK_EVERY", 2)
-    with pytest.raises(cache_mod.SignatureIncompleteError):
+    monkeypatch.setattr(graphs, "GUARD_CHECK_EVERY", 2)
+    with pytest.raises(graphs.SignatureIncompleteError):
         varied_decodes(*pair())
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-import types
 import weakref
 
 import torch
@@ -240,52 +239,6 @@ def _step(
     return (logits if want_logits else None), probs, token
 
 
-# Dynamo checks a compiled function's guards before every call: ~2,700 of them for an 8-layer model (each
-# parameter, module and attribute the forward reads), ~0.3 ms a call on a CPU core, as long as a
-# launch-bound drafter's whole forward. The runner knows what varies between its calls (`Signature`), so each
-# signature gets its own copy of `_step` holding one graph, and after its first call runs under
-# `skip_guard_eval_unsafe` (only guards that once failed are checked: none). Every GUARD_CHECK_EVERY-th call
-# of a signature runs with full guards: a graph compiled there means the signature missed something the
-# guards check, a harness bug that stops the run (tests vary every setting with full guards on every call).
-SKIP_GUARDS = True
-GUARD_CHECK_EVERY = 64
-
-
-class SignatureIncompleteError(RuntimeError):
-    """A compiled step's guards failed for a signature that had compiled already (see SKIP_GUARDS)."""
-
-
-class CompiledStep:
-    """`_step` compiled for one model, backend and call signature (its own code object: dynamo keeps graphs
-    and the recompile count per code object), and the number of calls it has run."""
-
-    def __init__(self, model, backend: str, signature: tuple):
-        mode = "reduce-overhead" if graphs.uses_cuda_graphs(model, backend) else None
-        name = f"_step_{type(model).__name__}_{len(_COMPILED.get(model, ()))}"
-        code = _step.__code__.replace(co_name=name)
-        own = types.FunctionType(code, _step.__globals__, name, _step.__defaults__)
-        self.fn = torch.compile(own, backend=backend, mode=mode, dynamic=False)
-        self.signature, self.calls = signature, 0
-
-    def __call__(self, args: tuple) -> tuple[tuple, int]:
-        """The step's outputs and the graphs dynamo compiled for this call (0 but on a first call)."""
-        self.calls += 1
-        if SKIP_GUARDS and self.calls > 1 and self.calls % GUARD_CHECK_EVERY:
-            with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
-                return self.fn(*args), 0
-        before = graphs.graphs_compiled()
-        out = self.fn(*args)
-        new = graphs.graphs_compiled() - before
-        if new and self.calls > 1:
-            raise SignatureIncompleteError(
-                f"a compiled decode step recompiled for the signature {self.signature}: something its guards "
-                f"check changed between calls without changing the signature (`ModelRunner.signature`), so "
-                f"calls that skipped the guards may have run a stale graph. This is a cactus-bench bug; "
-                f"engine=eager (or cactus_bench.core.decode.cache.SKIP_GUARDS = False) avoids it."
-            )
-        return out, new
-
-
 class ModelRunner:
     """A model, its row cache, and its forward (eager or compiled). `compile` names a torch.compile backend
     (inductor for speed; `eager` traces with dynamo only, which tests use to count recompiles)."""
@@ -353,12 +306,13 @@ class ModelRunner:
         return out
 
     def signature(self, args: tuple) -> tuple:
-        """Everything a compiled step's guards check that can differ between this runner's calls: shapes,
-        the static arguments, the key bucket, the cache, and the global state dynamo guards."""
+        """Everything a compiled step's guards check that can differ between this runner's calls: the tensor
+        arguments' layouts (a draft's uniforms are a column view whose stride is 2m + 1), the static arguments,
+        the key bucket, the cache, and the global state dynamo guards."""
         _, cache, ids, keep, cache_kw, impl, vocab, warp, u, logits = args
         weights = self.model.get_input_embeddings().weight
         return (
-            self.compile, tuple(ids.shape), cache.kv_len, keep, cache_kw, impl, vocab, warp, u is None, logits,
+            self.compile, graphs.layout(ids), cache.kv_len, keep, cache_kw, impl, vocab, warp, graphs.layout(u), logits,
             id(cache), cache.capacity, self.grouped, weights.dtype, weights.device,
             torch.get_num_threads(), torch.is_grad_enabled(), torch.is_inference_mode_enabled(),
         )  # fmt: skip
@@ -378,7 +332,7 @@ class ModelRunner:
                     f"timed items. Fewer distinct shapes help: one batch_size per process, a smaller "
                     f"max_gen_toks, or engine=eager."
                 )
-            step = steps[signature] = CompiledStep(self.model, self.compile, signature)
+            step = steps[signature] = graphs.CompiledStep(_step, self.model, self.compile, signature, len(steps))
         start = time.perf_counter()
         out, new = step(args)
         if new:

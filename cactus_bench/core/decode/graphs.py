@@ -1,5 +1,5 @@
-"""What compiled decode forwards need beyond the model: CUDA graph trees' output contract, and compile
-accounting.
+"""What compiled decode forwards need beyond the model: CUDA graph trees' output contract, compile
+accounting, and one compiled step per call signature that skips dynamo's guards.
 
 CUDA graph trees (torch.compile's reduce-overhead mode, the fast engine on a GPU) replay graphs whose outputs
 live in the graphs' memory pool: the next replay (in inference, every new call) reuses that memory, so a
@@ -15,11 +15,13 @@ warm-up keeps them out of every timed item.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import types
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import Tensor
 
 
 def device_type(model) -> str:
@@ -73,3 +75,55 @@ def overwrite_previous() -> None:
 
 def copy_out(out: tuple) -> tuple:
     return tuple(t.clone() if t is not None else None for t in out)
+
+
+# Dynamo checks a compiled function's guards before every call: ~2,700 of them for an 8-layer model (each
+# parameter, module and attribute the forward reads), ~0.3 ms a call on a CPU core, as long as a
+# launch-bound drafter's whole forward. The runner knows what varies between its calls
+# (`ModelRunner.signature`), so each signature gets its own copy of the step holding one graph, and after its
+# first call runs under `skip_guard_eval_unsafe` (only guards that once failed are checked: none). Every
+# GUARD_CHECK_EVERY-th call of a signature runs with full guards: a graph compiled there means the signature
+# missed something the guards check, a harness bug that stops the run (tests vary every setting with full
+# guards on every call).
+SKIP_GUARDS = True
+GUARD_CHECK_EVERY = 64
+
+
+def layout(t: Tensor | None) -> tuple | None:
+    """What dynamo's tensor guards check of an argument (besides dispatch keys, fixed per run)."""
+    return None if t is None else (tuple(t.shape), t.stride(), t.dtype, t.requires_grad)
+
+
+class SignatureIncompleteError(RuntimeError):
+    """A compiled step's guards failed for a signature that had compiled already (see SKIP_GUARDS)."""
+
+
+class CompiledStep:
+    """A decode step compiled for one model, backend and call signature (its own code object: dynamo keeps graphs
+    and the recompile count per code object), and the number of calls it has run."""
+
+    def __init__(self, step: Callable, model, backend: str, signature: tuple, index: int):
+        mode = "reduce-overhead" if uses_cuda_graphs(model, backend) else None
+        name = f"{step.__name__}_{type(model).__name__}_{index}"
+        code = step.__code__.replace(co_name=name)
+        own = types.FunctionType(code, step.__globals__, name, step.__defaults__)
+        self.fn = torch.compile(own, backend=backend, mode=mode, dynamic=False)
+        self.signature, self.calls = signature, 0
+
+    def __call__(self, args: tuple) -> tuple[tuple, int]:
+        """The step's outputs and the graphs dynamo compiled for this call (0 but on a first call)."""
+        self.calls += 1
+        if SKIP_GUARDS and self.calls > 1 and self.calls % GUARD_CHECK_EVERY:
+            with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
+                return self.fn(*args), 0
+        before = graphs_compiled()
+        out = self.fn(*args)
+        new = graphs_compiled() - before
+        if new and self.calls > 1:
+            raise SignatureIncompleteError(
+                f"a compiled decode step recompiled for the signature {self.signature}: something its guards "
+                f"check changed between calls without changing the signature (`ModelRunner.signature`), so "
+                f"calls that skipped the guards may have run a stale graph. This is a cactus-bench bug; "
+                f"engine=eager (or cactus_bench.core.decode.graphs.SKIP_GUARDS = False) avoids it."
+            )
+        return out, new
