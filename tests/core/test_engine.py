@@ -144,6 +144,39 @@ def test_the_drafter_is_fed_only_what_its_cache_lacks(pair, monkeypatch):
     assert first == expected and {1, 2} <= set(first), (first, r.accepted)
 
 
+def test_each_layer_of_an_eager_forward_writes_its_cache_with_two_ops(pair, monkeypatch):
+    """A layer's cache update dispatches its two writes (keys, values) and little else: the write index is
+    made once per forward (one-token forwards: once per run, a view of the rows' positions) and the keys'
+    views once per key length. Before, each layer made its own (~9 ops more a layer, on every forward of a
+    round: as many as transformers' DynamicCache's two concatenations cost, and then some)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops += 1
+            return func(*args, **(kwargs or {}))
+
+    per_update, real = [], cache_mod.RowLayer.update
+
+    def counted(self, *args, **kwargs):
+        if self._cache.prefill_rows is not None:
+            return real(self, *args, **kwargs)
+        with Count() as count:
+            out = real(self, *args, **kwargs)
+        per_update.append(count.ops)
+        return out
+
+    monkeypatch.setattr(cache_mod.RowLayer, "update", counted)
+    engine = speculative(pair, rule="cactus")
+    decode(engine, jobs([[1, 2, 3], [4] * 70], new_tokens=30))  # makes the views of each key length
+    per_update.clear()
+    decode(engine, jobs([[5, 6], [7] * 70], new_tokens=30, seed=1))
+    # a wider forward's first layer makes the index (3 ops)
+    assert set(per_update) == {2, 3} and sum(per_update) / len(per_update) < 2.5, per_update
+
+
 def test_the_forward_timer_counts_decode_forwards_only(pair):
     """A forward timer (bench-speed's bound, the device check's synced rounds) counts each round's drafter
     steps and verifier forward, never the warm-up's rounds on fake rows (before: one round per key bucket

@@ -71,6 +71,7 @@ class RowLayer(CacheLayerMixin):
     def __init__(self, cache: RowCache):
         super().__init__()
         self._cache = cache
+        self._read: dict[int, tuple[Tensor, Tensor]] = {}  # the first kv keys and values, per key length
 
     def lazy_initialization(self, key_states: Tensor, value_states: Tensor) -> None:
         rows, capacity = self._cache.rows, self._cache.capacity
@@ -92,12 +93,19 @@ class RowLayer(CacheLayerMixin):
             self.values[which, :, :n] = value_states
             return self.keys[which, :, :n], self.values[which, :, :n]
         rows, heads, n, _ = key_states.shape
-        pos = self._cache.pos.to(self.device)
-        idx = (pos[:, None] + torch.arange(n, device=self.device))[:, None, :, None]
-        self.keys.scatter_(2, idx.expand(rows, heads, n, self.keys.shape[-1]), key_states)
-        self.values.scatter_(2, idx.expand(rows, heads, n, self.values.shape[-1]), value_states)
+        if torch.compiler.is_compiling():  # a compiled graph makes the index and the views for free
+            idx = (self._cache.pos[:, None] + torch.arange(n, device=self.device))[:, None, :, None]
+            self.keys.scatter_(2, idx.expand(rows, heads, n, self.keys.shape[-1]), key_states)
+            self.values.scatter_(2, idx.expand(rows, heads, n, self.values.shape[-1]), value_states)
+            kv = self._cache.kv_len
+            return self.keys[:, :, :kv], self.values[:, :, :kv]
+        # eager: each layer's own work is its two writes; the index and the views are made once (each is an op)
+        self.keys.scatter_(2, self._cache.write_index(n, heads, self.keys.shape[-1]), key_states)
+        self.values.scatter_(2, self._cache.write_index(n, heads, self.values.shape[-1]), value_states)
         kv = self._cache.kv_len
-        return self.keys[:, :, :kv], self.values[:, :, :kv]
+        if kv not in self._read:
+            self._read[kv] = (self.keys[:, :, :kv], self.values[:, :, :kv])
+        return self._read[kv]
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self._cache.kv_len, 0
@@ -123,6 +131,11 @@ class RowCache(Cache):
         # positions as a query [B, 1] and as a mask operand [B, 1, 1, 1], and the keys per key length
         self._query = (self.pos.view(rows, 1), self.pos.view(rows, 1, 1, 1))
         self._keys: dict[int, Tensor] = {}
+        # scatter's index of a forward's new keys per (n, heads, dim), shared by its layers: one-token ones
+        # are views of `pos` (kept), longer ones are made from the forward's positions (`query` clears them)
+        self._one: dict[tuple, Tensor] = {}
+        self._index: dict[tuple, Tensor] = {}
+        self._at = self._query[1]
         self.kv_len = kv_bucket(1, capacity)
         self.prefill_rows: Tensor | None = None  # set only while some rows are prefilled
         super().__init__(layers=[RowLayer(self) for _ in range(config.num_hidden_layers)])
@@ -137,10 +150,23 @@ class RowCache(Cache):
             positions = self.pos.unsqueeze(1)
             positions = positions if n == 1 else positions + torch.arange(n, device=self.pos.device)
         elif n == 1:
+            self._at, self._index = self._query[1], self._one
             return self._query
         else:
             positions = self._query[0] + positions_of(n, self.pos.device)
+            self._at, self._index = positions.view(self.rows, 1, n, 1), {}
+            return positions, self._at
         return positions, positions.view(self.rows, 1, n, 1)
+
+    def write_index(self, n: int, heads: int, dim: int) -> Tensor:
+        """Where an eager forward's n new keys (or values) of `dim` go in each row: [B, heads, n, dim], the
+        positions `query` gave this forward, made once for all layers."""
+        index = self._index.get((n, heads, dim))
+        if index is None:
+            if self._at.shape[2] != n:  # a forward that did not ask `query` first: positions from `pos`
+                self._at, self._index = (self._query[0] + positions_of(n, self.pos.device)).view(self.rows, 1, n, 1), {}
+            index = self._index[(n, heads, dim)] = self._at.expand(self.rows, heads, n, dim)
+        return index
 
     def keys(self) -> Tensor:
         """The first `kv_len` keys' positions [1, 1, 1, kv]: a view of one tensor made with the cache."""
