@@ -50,13 +50,19 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
         raise
 
 
+# What a result is written to: a benchmark that rewrites it (or one before it in a chain) does not change the
+# code it measured, so `-dirty` is about everything else.
+RESULTS_DIR = "results"
+
+
 def git_commit(cwd: str | os.PathLike | None = None) -> str | None:
+    """HEAD's hash, with `-dirty` when a tracked file outside `results/` differs from it."""
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=cwd or Path(__file__).parent, capture_output=True, text=True, timeout=5
         )
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ":(top)", f":(top,exclude){RESULTS_DIR}"],
             cwd=cwd or Path(__file__).parent,
             capture_output=True,
             text=True,

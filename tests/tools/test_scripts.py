@@ -37,6 +37,30 @@ def test_script_runs_small(script, tmp_path):
     assert data and out.with_suffix(".md").read_text().startswith("# ")
 
 
+def test_a_commit_is_dirty_when_code_differs_not_when_results_were_written(tmp_path):
+    """Benchmarks rewrite `results/` (a chain of them rewrites the next one's inputs to nothing it measures):
+    that leaves the commit they name clean; a changed source file does not."""
+    import subprocess
+
+    from cactus_bench.core.utils import git_commit
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True)
+
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "speed.md").write_text("before\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "c")
+    clean = git_commit(tmp_path)
+    assert clean and len(clean) == 40
+    (tmp_path / "results" / "speed.md").write_text("after\n")
+    assert git_commit(tmp_path / "results") == clean  # asked from any folder of the checkout
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert git_commit(tmp_path) == clean + "-dirty"
+
+
 def test_result_files_name_the_commit_the_cpu_and_its_kernel_level(tmp_path):
     """A speed figure is a property of a commit on a CPU: AMD and Intel differ in kernels, and ATen picks a
     kernel level (AVX2, AVX512) per machine; both files say which."""
