@@ -92,17 +92,12 @@ class RowLayer(CacheLayerMixin):
             self.keys[which, :, :n] = key_states
             self.values[which, :, :n] = value_states
             return self.keys[which, :, :n], self.values[which, :, :n]
-        rows, heads, n, _ = key_states.shape
-        if torch.compiler.is_compiling():  # a compiled graph makes the index and the views for free
-            idx = (self._cache.pos[:, None] + torch.arange(n, device=self.device))[:, None, :, None]
-            self.keys.scatter_(2, idx.expand(rows, heads, n, self.keys.shape[-1]), key_states)
-            self.values.scatter_(2, idx.expand(rows, heads, n, self.values.shape[-1]), value_states)
-            kv = self._cache.kv_len
+        _, heads, n, _ = key_states.shape
+        cache, kv = self._cache, self._cache.kv_len
+        self.keys.scatter_(2, cache.write_index(n, heads, self.keys.shape[-1]), key_states)
+        self.values.scatter_(2, cache.write_index(n, heads, self.values.shape[-1]), value_states)
+        if torch.compiler.is_compiling():  # a graph makes the views for free; eager keeps them (each is an op)
             return self.keys[:, :, :kv], self.values[:, :, :kv]
-        # eager: each layer's own work is its two writes; the index and the views are made once (each is an op)
-        self.keys.scatter_(2, self._cache.write_index(n, heads, self.keys.shape[-1]), key_states)
-        self.values.scatter_(2, self._cache.write_index(n, heads, self.values.shape[-1]), value_states)
-        kv = self._cache.kv_len
         if kv not in self._read:
             self._read[kv] = (self.keys[:, :, :kv], self.values[:, :, :kv])
         return self._read[kv]
@@ -149,22 +144,24 @@ class RowCache(Cache):
         if torch.compiler.is_compiling():  # a compiled graph makes them for free
             positions = self.pos.unsqueeze(1)
             positions = positions if n == 1 else positions + torch.arange(n, device=self.pos.device)
-        elif n == 1:
+            return positions, positions.view(self.rows, 1, n, 1)
+        if n == 1:
             self._at, self._index = self._query[1], self._one
             return self._query
-        else:
-            positions = self._query[0] + positions_of(n, self.pos.device)
-            self._at, self._index = positions.view(self.rows, 1, n, 1), {}
-            return positions, self._at
-        return positions, positions.view(self.rows, 1, n, 1)
+        positions = self._query[0] + positions_of(n, self.pos.device)
+        self._at, self._index = positions.view(self.rows, 1, n, 1), {}
+        return positions, self._at
 
     def write_index(self, n: int, heads: int, dim: int) -> Tensor:
-        """Where an eager forward's n new keys (or values) of `dim` go in each row: [B, heads, n, dim], the
-        positions `query` gave this forward, made once for all layers."""
+        """Where a forward's n new keys (or values) of `dim` go in each row: [B, heads, n, dim]. An eager
+        forward makes it once for all its layers, from the positions `query` gave it."""
+        if torch.compiler.is_compiling():  # a graph makes it for free
+            at = (self.pos[:, None] + torch.arange(n, device=self.pos.device))[:, None, :, None]
+            return at.expand(self.rows, heads, n, dim)
         index = self._index.get((n, heads, dim))
         if index is None:
-            if self._at.shape[2] != n:  # a forward that did not ask `query` first: positions from `pos`
-                self._at, self._index = (self._query[0] + positions_of(n, self.pos.device)).view(self.rows, 1, n, 1), {}
+            if self._at.shape[2] != n:  # a forward that did not ask `query` first
+                self.query(n)
             index = self._index[(n, heads, dim)] = self._at.expand(self.rows, heads, n, dim)
         return index
 
