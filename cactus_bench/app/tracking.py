@@ -3,7 +3,8 @@
 One W&B run per stored run (per shard), with a stable id from the run key, so a resumed run continues the
 same W&B run. Per sample: the task's primary score, AL, both acceptance rates, the target's and the
 output's KL, tokens, time and whether it stopped on length. At the end: the per-call accepted-length
-histogram and a summary with the headline score, and Rej and speedup when their reference runs (SpS, the
+histogram, acceptance per draft position (a key per position and a table), and a summary with the
+headline score, and Rej and speedup when their reference runs (SpS, the
 verifier alone, same setting) are in the store. `method`, `delta`, `m`, `pair` and `data` are top-level
 config keys, so W&B's parallel coordinates and scatter panels work out of the box; runs are grouped by
 experiment (the sweep's name).
@@ -26,7 +27,7 @@ SAMPLE_KEYS = ("accepted_length", "acceptance_rate", "prefix_acceptance", "targe
 
 def summary_keys() -> list[str]:
     """Stable summary names (the tracked metrics' own), so dashboards compare methods across runs."""
-    intervals = [f"{m.name}_ci" for m in METRICS.values() if m.tracked and m.sampled is not None]
+    intervals = [f"{m.name}_ci" for m in METRICS.values() if m.tracked and (m.sampled is not None or m.positional)]
     return [m.name for m in METRICS.values() if m.tracked] + intervals + list(EXTRA_SUMMARY_KEYS)
 
 
@@ -113,6 +114,15 @@ class WandbTracker(NullTracker):
             for key in summary_keys():
                 if summary.get(key) is not None:
                     self.run.summary[key] = summary[key]
+            for m in METRICS.values():  # a profile over draft positions: also one key per position, and a table
+                if m.positional and m.tracked:
+                    for key, value in metrics.position_entries(m, summary).items():
+                        if value is not None:
+                            self.run.summary[key] = value
+            if summary.get("acceptance_at"):
+                columns = ["acceptance_at", "accepted_at_least"]
+                rows = [[j + 1, *(summary[c][j] for c in columns)] for j in range(len(summary["acceptance_at"]))]
+                self.run.log({"acceptance_by_position": self.wandb.Table(columns=["position", *columns], data=rows)})
             refs = reference_samples(self.cfg, self.ident)
             for m in METRICS.values():
                 if m.relative is None and not m.timed:

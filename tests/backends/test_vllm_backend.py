@@ -117,13 +117,15 @@ def test_at_the_token_budget_only_the_drafts_it_left_room_for_count():
 def test_both_backends_count_a_round_by_one_definition():
     """Given the same accept decisions, the transformers engine's round (`Rule.verify` with the drafts that
     count, then `round_columns`) and vLLM's (every draft tested, counted afterwards by `build_rounds`) give
-    the same numbers, whatever is cut: seeded random rounds with drafted EOS ids and token budgets."""
+    the same numbers, whatever is cut: seeded random rounds with drafted EOS ids and token budgets; and so the
+    same acceptance per draft position."""
     import torch
 
-    from cactus_bench.core.decode.stats import COUNTED, counted_drafts, draft_budget, round_columns
+    from cactus_bench.core.decode.stats import COUNTED, counted_drafts, draft_budget, position_counts, round_columns
 
     g = torch.Generator().manual_seed(0)
     m, B = 4, 400
+    rounds: dict[str, tuple[list[int], list[int]]] = {"hf": ([], []), "vllm": ([], [])}  # drafted, accepted
     drafts = torch.randint(5, 12, (B, m), generator=g)  # some are EOS (9)
     passes = (torch.rand(B, m, generator=g) < 0.7).long()
     kl, out_kl = torch.rand(B, m, generator=g, dtype=torch.float64), torch.rand(B, m, generator=g)
@@ -140,6 +142,13 @@ def test_both_backends_count_a_round_by_one_definition():
         want = dict(zip(COUNTED, hf[b].tolist()))
         got = {k: getattr(vllm, k)[0] for k in COUNTED}
         assert got == pytest.approx(want), (b, got, want)
+        for side, (d, a) in (("hf", (want["drafted"], want["accepted"])), ("vllm", (got["drafted"], got["accepted"]))):
+            rounds[side][0].append(int(d))
+            rounds[side][1].append(int(a))
+    # acceptance per draft position, one definition: the same counts, and so the same figures, on both sides
+    hf_counts, vllm_counts = (position_counts(*rounds[side]) for side in ("hf", "vllm"))
+    assert hf_counts == vllm_counts and sum(hf_counts["accepted_hist"]) == B
+    assert 0 < hf_counts["tested_at"][-1] < hf_counts["tested_at"][0]  # cut rounds test fewer positions
 
 
 def test_a_batch_the_plugin_cannot_read_stops_the_run_in_one_paragraph(monkeypatch):

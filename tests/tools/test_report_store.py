@@ -9,6 +9,7 @@ import pytest
 from cactus_bench.app import method_configs  # noqa: F401  (the method group Hydra composes)
 from cactus_bench.app import run as run_mod
 from cactus_bench.app.runs import load_runs
+from cactus_bench.core import metrics
 from cactus_bench.tools.report import figures, load_spec, render_table
 from cactus_bench.tools.report.figures.common import FAMILIES, Family
 
@@ -51,6 +52,20 @@ def test_table_from_a_fixture_store(fixture_store, small_pair_dir, tmp_path):
     assert re.search(r"\d\.\d\d× \[\d\.\d\d, \d\.\d\d\]", sps_row)  # paired speedup [95 % interval]
     assert "speedup (paired)" in md and re.search(r"^\| SpS .*\|\s+10\s+\|$", md, re.M)  # every row: its n items
     assert "no run for" not in md and "no SpS run" not in md
+
+
+def test_a_spec_asks_for_acceptance_per_position_as_a_column_set(fixture_store, small_pair_dir, tmp_path):
+    """`columns: [acceptance_at, accepted_at_least]` at m = 3: a column per draft position, each with its
+    interval over items; the verifier alone drafts nothing, so its cells are empty."""
+    spec = load_spec(ROOT / "sweeps" / "demo.yaml", {"m": 3, "max_gen_toks": 10})
+    spec["columns"] = metrics.expand_columns(["accepted_length", "acceptance_at", "accepted_at_least"], 3)
+    md, _ = render_table(spec, load_runs(fixture_store), tmp_path, pair_overrides(small_pair_dir))
+    for j in (1, 2, 3):
+        assert f"arith acc. at j (given 1..j−1), j={j}" in md and f"arith P(≥ j accepted), j={j}" in md
+    sps = next(line for line in md.splitlines() if line.startswith("| SpS "))
+    assert len(re.findall(r"\d\.\d\d \[\d\.\d\d, \d\.\d\d\]", sps)) >= 4  # positions with intervals
+    verifier = next(line for line in md.splitlines() if line.startswith("| Verifier "))
+    assert verifier.count("–") >= 7
 
 
 def test_tables_and_figures_match_runs_on_their_full_identity(fixture_store, small_pair_dir, tmp_path):
@@ -97,6 +112,7 @@ def test_figures_from_a_fixture_store(fixture_store, tmp_path):
     assert any(n.startswith("fig1_tradeoff_arith") for n in names)
     assert any(n.startswith("fig2_delta_grid_arith") for n in names)
     assert any(n.startswith("fig3_speedup_arith") for n in names)
+    assert any(n.startswith("positions_arith") for n in names)  # acceptance against draft position
     for png in made.values():
         assert png.stat().st_size > 1000 and png.with_suffix(".pdf").exists()
 

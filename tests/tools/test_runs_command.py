@@ -31,7 +31,12 @@ def test_list_show_and_compare_stored_runs(small_pair_dir, tmp_path, monkeypatch
     assert [line for line in only.stdout.splitlines() if line.startswith("| arith")] == [by_key[sps["run_key"]]]
 
     shown = run_main(main, "show", sps["run_key"][:6], f"results={results}")
-    assert shown.returncode == 0 and "status: complete; items: 10" in shown.stdout and "| AL |" in shown.stdout
+    assert (
+        shown.returncode == 0
+        and "status: complete; items: 10" in shown.stdout
+        and "| AL (Σ rounds) |" in shown.stdout
+        and "| AL (item mean) |" in shown.stdout
+    )
     item = json.loads(
         (run_dir(cfg_of(*TINY, "method=sps", results=results, pair_dir=small_pair_dir)) / "samples.jsonl")
         .read_text()
@@ -43,7 +48,7 @@ def test_list_show_and_compare_stored_runs(small_pair_dir, tmp_path, monkeypatch
     compared = run_main(main, "compare", ar["run_key"], sps["run_key"], f"results={results}")
     assert compared.returncode == 0, compared.stderr
     assert "on the 10 items both decoded" in compared.stdout and "Δ score, paired by item" in compared.stdout
-    assert "(n = 10)" in compared.stdout and "| AL |" in compared.stdout
+    assert "(n = 10)" in compared.stdout and "| AL (Σ rounds) |" in compared.stdout
 
     missing = run_main(main, "show", "ffffff", f"results={results}")
     assert missing.returncode == 2 and "no stored run has a key starting with 'ffffff'" in " ".join(

@@ -76,7 +76,9 @@ def task_cells(run, sps, ar) -> Cells:
     s = run.summary
     out = {m.name: s.get(m.name) for m in metrics.METRICS.values() if m.relative is None}
     for m in metrics.METRICS.values():
-        if m.sampled or m.ratio:
+        if m.positional:
+            out.update(metrics.position_entries(m, s))
+        elif m.sampled or m.ratio:
             out.update({f"{m.name}_ci": s.get(f"{m.name}_ci"), f"{m.name}_n": s.get(f"{m.name}_n")})
     out["score_stderr"] = s.get("score_stderr")
     out["n"] = s.get("samples")
@@ -136,7 +138,7 @@ def specbench_summary(samples: list[dict], data: dict) -> dict:
     return {**metrics.decode_metrics(samples), "specbench": speed_metrics(samples, None)}
 
 
-KINDS.add("task", Kind(_task, task_cells, task_summary, ("tradeoff", "delta_grid", "speedup"), {}))
+KINDS.add("task", Kind(_task, task_cells, task_summary, ("tradeoff", "delta_grid", "speedup", "positions"), {}))
 KINDS.add(
     "specbench",
     Kind(

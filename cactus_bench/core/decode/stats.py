@@ -120,6 +120,21 @@ def counted(row: list[float]) -> dict[str, float]:
     return dict(zip(COUNTED, row))
 
 
+def position_counts(drafted: list[int], accepted: list[int]) -> dict:
+    """The per-position counters (`metrics.COUNTERS`) of some rounds: `accepted_hist`[k], the rounds that
+    accepted exactly k drafts (k = 0..the most drafted), and `tested_at`[j−1], the rounds whose draft j was
+    tested (drafted, and drafts 1..j−1 accepted); both None where nothing was drafted (the verifier alone)."""
+    most = max(drafted, default=0)
+    if not most:
+        return {"accepted_hist": None, "tested_at": None}
+    hist, tested = [0] * (most + 1), [0] * most
+    for d, a in zip(drafted, accepted):
+        hist[a] += 1
+        for j in range(min(d, a + 1)):
+            tested[j] += 1
+    return {"accepted_hist": hist, "tested_at": tested}
+
+
 @dataclass
 class GenerationOutput:
     tokens: list[int]  # generated ids, prompt excluded
@@ -157,6 +172,7 @@ class GenerationOutput:
             "t_other": sum(r.t_other),
             "generations": 1,
             "length_stops": int(self.stop_reason == "length"),
+            **position_counts(r.drafted, r.accepted),
         }
 
     def summary(self) -> dict:

@@ -23,10 +23,11 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from cactus_bench.core.intervals import Estimate, paired_difference, ratio_interval, ratio_of_ratios
+from cactus_bench.core.intervals import Estimate, mean_interval, paired_difference, ratio_interval, ratio_of_ratios
 from cactus_bench.core.metrics.registry import (  # noqa: F401  (the registry's names, read as metrics.X)
     BETTER,
     COUNTERS,
+    LIST_COUNTERS,
     METRICS,
     REFERENCES,
     Metric,
@@ -44,11 +45,24 @@ METRICS.add("score", Metric("score", "score", "{:.2f}", cli=True))  # the task's
 METRICS.add("n", Metric("n", "n", "{:.0f}", tracked=False))  # the items a table's cells are computed on
 
 
-@pooled_metric("AL", "{:.2f}", cli=True, ratio=("accepted", "verifier_calls"), better="higher")
+@pooled_metric("AL (Σ rounds)", "{:.2f}", cli=True, ratio=("accepted", "verifier_calls"), better="higher")
 def accepted_length(c: dict) -> float | None:
-    """Drafts accepted before the first rejection, per verifier call (the paper's AL_m); none without drafts
-    (the verifier alone), not 0."""
+    """Drafts accepted before the first rejection, per verifier call, pooled over every round of the run (the
+    paper's AL_m: Σ accepted / Σ verifier calls, so a long reply weighs more); none without drafts (the
+    verifier alone), not 0. `item_accepted_length` is the mean of per-item ALs."""
     return _ratio(c["accepted"], c["verifier_calls"]) if c["drafted"] else None
+
+
+@sampled_metric("AL (item mean)", "{:.2f}", better="higher")
+def item_accepted_length(samples: list[dict]) -> Estimate | None:
+    """The mean over items of each item's own AL (its accepted drafts / its verifier calls), with a 95 % t
+    interval over items: every item weighs the same, whatever its length (`accepted_length` pools rounds)."""
+    per_item = [
+        s["stats"]["accepted"] / s["stats"]["verifier_calls"]
+        for s in samples
+        if s["stats"].get("drafted") and s["stats"].get("verifier_calls")
+    ]
+    return mean_interval(per_item, (0.0, math.inf)) if per_item else None
 
 
 @pooled_metric("τ", "{:.2f}", cli=True, ratio=("new_tokens", "verifier_calls"), better="higher", bounds=(1.0, math.inf))
@@ -69,6 +83,14 @@ def prefix_acceptance(c: dict) -> float | None:
     """Drafts accepted before the first rejection / drafts: AL / m when every call drafts m."""
     return _ratio(c["accepted"], c["drafted"])
 
+
+from cactus_bench.core.metrics.positions import (  # noqa: E402, F401  (registers them after AL's; read as metrics.X)
+    column_metric,
+    count,
+    expand_columns,
+    position_entries,
+    position_intervals,
+)
 
 # A KL's per-position terms come from float32 probabilities, summed in float64: a mean below KL_FLOOR is the
 # rounding of a law equal to q (SpS: ~1e-18, with last bits that differ between CPU kernel levels), not a
@@ -196,7 +218,11 @@ def add_stats(parts: list[dict]) -> dict:
     out = {}
     for key in COUNTERS:
         values = [p.get(key) for p in parts]
-        out[key] = None if all(v is None for v in values) else sum(v or 0 for v in values)
+        if key in LIST_COUNTERS:  # position by position; a shorter list (fewer positions tested) adds zeros
+            lists = [v for v in values if isinstance(v, list)]
+            out[key] = [sum(v[i] for v in lists if i < len(v)) for i in range(max(map(len, lists)))] if lists else None
+        else:
+            out[key] = None if all(v is None for v in values) else sum(v or 0 for v in values)
     return out
 
 
@@ -222,8 +248,11 @@ def decode_metrics(samples: list[dict]) -> dict:
     }
     for m in METRICS.values():
         if m.ratio is not None and out.get(m.name) is not None:
+            if m.positional:
+                out[f"{m.name}_ci"] = position_intervals(m, samples, len(out[m.name]))
+                continue
             num, den = m.ratio
-            est = ratio_interval([(s["stats"].get(num), s["stats"].get(den)) for s in samples], m.bounds)
+            est = ratio_interval([(count(s["stats"], num), count(s["stats"], den)) for s in samples], m.bounds)
             if est is not None and est.low is not None:
                 out[f"{m.name}_ci"] = [est.low, est.high]
         if m.sampled is not None:

@@ -32,7 +32,12 @@ COUNTERS = (
     "length_stops",
     "paired_baseline_time",  # paired timing: the verifier alone on the same item, back to back
     "paired_method_time",
+    # per draft position (lists, summed position by position): rounds that accepted exactly k drafts (k =
+    # 0..m), and rounds whose draft j was tested (j = 1..m: drafted, and drafts 1..j-1 accepted)
+    "accepted_hist",
+    "tested_at",
 )
+LIST_COUNTERS = frozenset({"accepted_hist", "tested_at"})
 REFERENCES = ("sps", "baseline")
 
 
@@ -52,8 +57,14 @@ class Metric:
     better: str = "neither"  # "higher" or "lower" is better (dashboards' goals), or "neither" (a diagnostic)
     floor: float = 0.0  # values nearer 0 than this are rounding, printed as 0 (the stored value is kept)
     bounds: tuple[float, float] = (0.0, math.inf)  # what a ratio metric can be: its interval stays inside
+    # a profile over draft positions: its value is a list, entry i for position first_position + i, and a
+    # table asks for one position as the column `<name>_<position>` (`positions.column`)
+    positional: bool = False
+    first_position: int = 1
 
-    def format(self, value: float) -> str:
+    def format(self, value) -> str:
+        if isinstance(value, list):
+            return " / ".join("–" if v is None else self.format(v) for v in value)
         return self.fmt.format(0.0 if abs(value) < self.floor else value)
 
 
@@ -84,10 +95,14 @@ def pooled_metric(
     better: str,
     floor: float = 0.0,
     bounds: tuple[float, float] = (0.0, math.inf),
+    positional: bool = False,
+    first_position: int = 1,
 ):
     """Decorator: register a function of the pooled counters as the metric of the same name. `ratio` names
     its numerator and denominator counters when it is Σ numerator / Σ denominator over items: summaries then
-    store its 95 % interval (`ratio_interval`) under `<name>_ci`. `better`: higher, lower or neither."""
+    store its 95 % interval (`ratio_interval`) under `<name>_ci`. `better`: higher, lower or neither.
+    `positional`: the value is a list over draft positions (from `first_position`), each entry its own
+    ratio of the list counters `ratio` names, with its own interval."""
 
     def deco(fn: Callable[[dict], float | None]) -> Callable[[dict], float | None]:
         metric = Metric(
@@ -101,6 +116,8 @@ def pooled_metric(
             better=better,
             floor=floor,
             bounds=bounds,
+            positional=positional,
+            first_position=first_position,
         )
         METRICS.add(fn.__name__, metric)
         return fn

@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 
 from cactus_bench.app.compose import compose
 from cactus_bench.app.schema import SWEEPS_DIR
+from cactus_bench.core import metrics
 from cactus_bench.core.cli import Key
 
 ROW_KEYS = ("label", "method", "curve", "curve_param")  # what a spec row says besides the rule's parameters
@@ -89,6 +90,8 @@ def load_spec(path: str | Path, overrides: dict | None = None) -> dict:
         spec.pop("seeds", None)
     spec.update(overrides)
     spec["rows"] = expand_rows(spec["rows"])
+    if "columns" in spec and "m" in spec:  # a positional metric is a column set: one column per draft position
+        spec["columns"] = metrics.expand_columns(spec["columns"], int(spec["m"]))
     return spec
 
 

@@ -43,11 +43,17 @@ NO_INTERVAL = (
 def fmt(x, metric: str) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "–"
-    return metrics.METRICS.get(metric).format(x) if metric in metrics.METRICS else f"{x:.3g}"
+    found = metrics.column_metric(metric)
+    return found[0].format(x) if found is not None else f"{x:.3g}"
 
 
 def label(metric: str) -> str:
-    return metrics.METRICS.get(metric).label if metric in metrics.METRICS else metric
+    """A column's header: its metric's label, with the draft position of a positional metric's column."""
+    found = metrics.column_metric(metric)
+    if found is None:
+        return metric
+    m, position = found
+    return m.label if position is None else f"{m.label}, {'k' if m.first_position == 0 else 'j'}={position}"
 
 
 def build_table(spec: dict, runs: list[Run], overrides: list[str] = ()) -> tuple[pd.DataFrame, list[str]]:
@@ -145,9 +151,13 @@ def below_detectable(col: str, values: dict) -> str | None:
 
 def shows_interval(spec: dict, col: str) -> bool:
     """Comparisons and timings (relative and sampled metrics: Δ score, Rej, speedups) print their 95 %
-    interval; a rate (AL, acceptance, KL) prints its own where the spec lists it under `intervals`."""
-    m = metrics.METRICS.get(col) if col in metrics.METRICS else None
-    return m is not None and (m.relative is not None or m.sampled is not None or col in spec.get("intervals", ()))
+    interval, and so does acceptance at each draft position; a rate (AL, acceptance, KL) prints its own where
+    the spec lists it under `intervals`."""
+    found = metrics.column_metric(col)
+    if found is None:
+        return False
+    m, position = found
+    return position is not None or m.relative is not None or m.sampled is not None or col in spec.get("intervals", ())
 
 
 def _paper_groups(paper: pd.DataFrame | None, row: dict) -> list:
