@@ -22,10 +22,12 @@ from typing import Any
 
 import torch
 
+from cactus_bench.core import metrics
 from cactus_bench.core.metrics.timing_conditions import condition_class
 
 log = logging.getLogger("cactus_bench")
-PAIRED = ("paired_baseline_time", "paired_method_time", "paired_baseline_first", "paired_baseline_tokens")
+# what a paired decode adds to its sample (`decode.api.paired_record`), kept in timing.jsonl
+PAIRED = ("paired_baseline_first", *(k for k in metrics.COUNTERS if k.startswith("paired_")))
 
 
 def conditions(device: str, batch_size) -> dict:

@@ -28,6 +28,7 @@ from cactus_bench.app.errors import fail
 from cactus_bench.app.runs import find_run, load_runs
 from cactus_bench.app.schema import DEVICE_RESULTS_DIR, default_paths
 from cactus_bench.app.store import StoreError
+from cactus_bench.core import metrics
 from cactus_bench.core.cli import Command, Key
 from cactus_bench.core.methods import BASELINE, is_baseline
 from cactus_bench.tools.costs import COSTS
@@ -184,6 +185,7 @@ def cell_cost(cfg, run, gpu: str, timing_sample: int | None, gpus: int = 1, slot
         if one is None or verifier is None
         else timed * (one + tokens * forward_seconds(verifier, gpu, costs[engine])) / 3600
     )
+    predicted, predicted_from = predicted_gpu_speedup(cfg, run, gpu, costs[engine], tokens, al)
     chosen, packed = hours(engine, rows), hours(engine, rows * slots)
     start_s = model.startup_s
     startup = start_s.get(engine, 0.0) / 3600  # each job starts its engine once (with paired timing: two)
@@ -200,8 +202,34 @@ def cell_cost(cfg, run, gpu: str, timing_sample: int | None, gpus: int = 1, slot
         "timing GPU h": timing,
         **({"start-up h": startup} if start_s else {}),
         "time from": effective_bandwidth(gpu)[1],
+        "speedup (predicted)": predicted,
+        "speedup from": predicted_from,
         "wall h": None if packed is None else (packed + (timing or 0)) / max(1, min(gpus, items)),
     }
+
+
+def predicted_gpu_speedup(cfg, run, gpu: str, launch_s: float, tokens: float, al: float) -> tuple[float | None, str]:
+    """The method's speedup over the verifier alone at batch size 1 on this GPU, a prediction: the cost model
+    of `metrics.cost_model` per token (prefill and the loop's own time left out), τ · t₁ / (k̄ · t_d +
+    t_{m+1}), with the GPU's step times from `forward_seconds` and the acceptance profile (τ, k̄: tokens and
+    drafts per verifier call) of the stored run of this cell (`stored`), else a typical AL with m drafts a
+    round (`estimate`)."""
+    verifier, drafter = MODELS.get(cfg.pair.verifier), MODELS.get(cfg.pair.drafter)
+    if is_baseline(cfg.method.name):
+        return 1.0, "definition"
+    if verifier is None or drafter is None:
+        return None, ""
+    calls = run.summary.get("verifier_calls") if run is not None else None
+    if calls:
+        pooled = metrics.pool(run.samples)
+        tau, drafts, source = pooled["new_tokens"] / calls, pooled["drafted"] / calls, "stored"
+    else:
+        tau, drafts, source = al + 1, cfg.m, "estimate"
+    context = dataset_facts(cfg.data)[2] + tokens / 2
+    t_d = forward_seconds(drafter, gpu, launch_s, 1, 1, context)
+    t_1 = forward_seconds(verifier, gpu, launch_s, 1, 1, context)
+    t_round = forward_seconds(verifier, gpu, launch_s, cfg.m + 1, 1, context)
+    return tau * t_1 / (drafts * t_d + t_round), source
 
 
 ASSUMED_ACCURACY = 0.5  # no stored runs: the verifier's accuracy that makes the differences widest
@@ -280,7 +308,12 @@ def main(argv: list[str] | None = None) -> str:
         "GPU) at the spec's batch size; `timing` is its timing sample at batch size 1. `detectable Δ` is the "
         "smallest score difference against the verifier alone that the cell's items detect (paired, 80 % power, "
         "α = 0.05; docs/statistics.md), from stored runs of the setting or assumed (independent decodes at the "
-        "verifier's accuracy, 0.5 when unknown).\n\n" + df.to_markdown(index=False, floatfmt=".2f") + "\n"
+        "verifier's accuracy, 0.5 when unknown). `speedup (predicted)` is a prediction, not a measurement: the "
+        "method's speedup over the verifier alone at batch size 1 on this GPU from the cost model's step times and "
+        "the stored run's acceptance profile (`stored`; a CPU run of the pair tells a GPU user what to expect, "
+        "docs/gpu.md says how far to trust it), or a typical AL (`estimate`).\n\n"
+        + df.to_markdown(index=False, floatfmt=".2f")
+        + "\n"
     )
     print(text)
     return text

@@ -93,6 +93,16 @@ def test_paired_timing_decodes_the_verifier_alone_beside_each_item(small_pair_di
     assert all(s["stats"]["paired_baseline_time"] > 0 and s["stats"]["paired_method_time"] > 0 for s in samples)
     assert summary["paired_speedup"] > 0 and summary["paired_speedup_n"] == 4
     assert summary["paired_speedup_ci"] is None  # 4 items: too few for an interval (intervals.MIN_ITEMS)
+    for s in samples:  # the cost model's parts: this decode's own counts, its times inside its wall time
+        st = s["stats"]
+        assert (st["paired_method_tokens"], st["paired_method_calls"]) == (st["new_tokens"], st["verifier_calls"])
+        assert st["paired_method_drafted"] == st["drafted"]
+        inside = st["paired_method_prefill_time"] + st["paired_method_draft_time"] + st["paired_method_verify_time"]
+        assert 0 < inside < st["paired_method_time"]
+        assert 0 < st["paired_baseline_verify_time"] + st["paired_baseline_prefill_time"] < st["paired_baseline_time"]
+    # every item timed: the prediction from the parts is the measurement (docs/statistics.md)
+    assert summary["predicted_speedup"] == pytest.approx(summary["paired_speedup"], rel=1e-9)
+    assert 0 < summary["cost_ratio"] and summary["item_paired_speedup"] > 0
     assert run_dir(cfg) == run_dir(cfg_of(*common, "method=sps", results=tmp_path, pair_dir=small_pair_dir))
     assert run_mod.run(ar_cfg)["paired_speedup"] is None  # the verifier alone is not paired with itself
 

@@ -50,7 +50,8 @@ def test_table_from_a_fixture_store(fixture_store, small_pair_dir, tmp_path):
     assert "+0%" in md  # SpS's Rej against itself
     sps_row = next(line for line in md.splitlines() if line.startswith("| SpS "))
     assert re.search(r"\d\.\d\d× \[\d\.\d\d, \d\.\d\d\]", sps_row)  # paired speedup [95 % interval]
-    assert "speedup (paired)" in md and re.search(r"^\| SpS .*\|\s+10\s+\|$", md, re.M)  # every row: its n items
+    assert "speedup (paired, ratio of totals)" in md and "speedup (paired, mean of items)" in md
+    assert re.search(r"^\| SpS .*\|\s+10\s+\|$", md, re.M)  # every row: its n items
     assert "no run for" not in md and "no SpS run" not in md
 
 

@@ -181,12 +181,7 @@ class PairedDecoder:
             else:
                 gen = next(self.method.generate([req]))
                 base = next(self.baseline.generate([req]))
-            gen.paired = {
-                "paired_baseline_time": base.output.wall_time,
-                "paired_method_time": gen.output.wall_time,
-                "paired_baseline_first": baseline_first,
-                "paired_baseline_tokens": len(base.output.tokens),
-            }
+            gen.paired = paired_record(gen.output, base.output, baseline_first)
             yield gen
 
     @property
@@ -195,6 +190,26 @@ class PairedDecoder:
 
     def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
         return self.method.apply_chat_template(chat_history, add_generation_prompt)
+
+
+def paired_record(method: GenerationOutput, baseline: GenerationOutput, baseline_first: bool) -> dict:
+    """One item's paired timing: both decodes' wall times, and the parts the cost model reads
+    (`metrics.cost_model`): each side's tokens, prefill and forward times, the method's calls and drafts."""
+    r, b = method.rounds, baseline.rounds
+    return {
+        "paired_baseline_time": baseline.wall_time,
+        "paired_method_time": method.wall_time,
+        "paired_baseline_first": baseline_first,
+        "paired_baseline_tokens": len(baseline.tokens),
+        "paired_method_tokens": len(method.tokens),
+        "paired_method_calls": len(r.drafted),
+        "paired_method_drafted": sum(r.drafted),
+        "paired_method_draft_time": sum(r.t_draft),
+        "paired_method_verify_time": sum(r.t_verify),
+        "paired_method_prefill_time": method.prefill_time,
+        "paired_baseline_verify_time": sum(b.t_verify),
+        "paired_baseline_prefill_time": baseline.prefill_time,
+    }
 
 
 def stable_seed(*parts) -> int:

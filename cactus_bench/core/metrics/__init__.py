@@ -175,12 +175,12 @@ def score_delta_sps(samples: list[dict], sps_samples: list[dict]) -> Estimate | 
     return paired_difference(samples, sps_samples)
 
 
-@sampled_metric("speedup (paired)", "{:.2f}×", cli=True, timed=True, better="higher")
+@sampled_metric("speedup (paired, ratio of totals)", "{:.2f}×", cli=True, timed=True, better="higher")
 def paired_speedup(samples: list[dict]) -> Estimate | None:
     """Paired timing: each item decoded by the verifier alone and by the method back to back in one process
     (alternating which goes first); Σ verifier-alone time / Σ method time over the items, with Fieller's
     95 % interval (`ratio_interval`). A busy machine slows both decodes of an item alike, so the ratio keeps
-    its meaning."""
+    its meaning. The mean of per-item ratios is `item_paired_speedup`; the prediction, `predicted_speedup`."""
     return ratio_interval(
         [(s["stats"].get("paired_baseline_time"), s["stats"].get("paired_method_time")) for s in samples]
     )
@@ -204,6 +204,8 @@ def throughput_speedup(samples: list[dict], baseline_samples: list[dict]) -> flo
         return None
     return _ratio(tokens_per_s(pool(common)), tokens_per_s(pool([base[s["id"]] for s in common])))
 
+
+from cactus_bench.core.metrics import cost_model  # noqa: E402, F401  (registers the cost model's metrics)
 
 # --- pooling --------------------------------------------------------------------------------------------
 

@@ -32,6 +32,17 @@ COUNTERS = (
     "length_stops",
     "paired_baseline_time",  # paired timing: the verifier alone on the same item, back to back
     "paired_method_time",
+    "paired_baseline_tokens",
+    # the paired decode's parts, for the cost model (`cost_model.py`): the method's tokens, verifier calls,
+    # drafts, draft / verify / prefill times, and the verifier alone's verify and prefill times
+    "paired_method_tokens",
+    "paired_method_calls",
+    "paired_method_drafted",
+    "paired_method_draft_time",
+    "paired_method_verify_time",
+    "paired_method_prefill_time",
+    "paired_baseline_verify_time",
+    "paired_baseline_prefill_time",
     # per draft position (lists, summed position by position): rounds that accepted exactly k drafts (k =
     # 0..m), and rounds whose draft j was tested (j = 1..m: drafted, and drafts 1..j-1 accepted)
     "accepted_hist",
@@ -61,6 +72,7 @@ class Metric:
     # table asks for one position as the column `<name>_<position>` (`positions.column`)
     positional: bool = False
     first_position: int = 1
+    paired: bool = False  # a relative metric of both runs' paired timings (its caveat reads their timed items)
 
     def format(self, value) -> str:
         if isinstance(value, list):
@@ -134,6 +146,7 @@ def relative_metric(
     cli: bool = False,
     *,
     better: str,
+    paired: bool = False,
 ):
     def deco(fn: Callable[[list[dict], list[dict]], float | None]):
         metric = Metric(
@@ -146,6 +159,7 @@ def relative_metric(
             timed=timed,
             cli=cli,
             better=better,
+            paired=paired,
         )
         METRICS.add(fn.__name__, metric)
         return fn

@@ -15,6 +15,8 @@ class Timed(Protocol):
     def timed(self) -> bool: ...
     @property
     def sampled(self) -> object: ...
+    @property
+    def paired(self) -> bool: ...
 
 
 BUSY = 1.0  # runnable processes per core (1-minute load average / cores) above which a machine is busy
@@ -32,13 +34,15 @@ def describe(c: tuple) -> str:
 
 def timing_caveat(metric: Timed, samples: list[dict], reference: list[dict] | None = None) -> tuple[bool, str] | None:
     """Why a timed metric's value must not be read as it stands: (withheld, reason), or None when it may.
-    A paired speedup mixing items timed under different conditions (a resume on a busier or another
-    machine) is flagged; a task-time speedup of runs decoded in batches is withheld (a batched item's
-    wall time is not its own), and one whose two runs were timed under different conditions is flagged."""
+    A paired speedup (or a ratio of two runs' paired speedups) mixing items timed under different conditions
+    (a resume on a busier or another machine) is flagged; a task-time speedup of runs decoded in batches is
+    withheld (a batched item's wall time is not its own), and one whose two runs were timed under different
+    conditions is flagged."""
     if not metric.timed:
         return None
-    if metric.sampled is not None:
-        timed = [s for s in samples if s["stats"].get("paired_method_time") is not None]
+    if metric.sampled is not None or metric.paired:  # paired timings: those of every run it reads must agree
+        both = [*samples, *(reference or [])] if metric.paired else samples
+        timed = [s for s in both if s["stats"].get("paired_method_time") is not None]
         kinds = {condition_class(s.get("timing_conditions", {})) for s in timed}
         if len(kinds) > 1:
             return False, f"{metric.label}: its items were timed under {len(kinds)} conditions: " + "; ".join(

@@ -14,10 +14,11 @@ def draw(sink, name, title, g, ver) -> None:
     rows = [r for _, r in g.sort_values(["method", "delta"]).iterrows() if r["run"].summary.get("acceptance_at")]
     if not rows:
         return
-    styles = method_styles({r["method"] for r in rows})
+    labels = [method_label(r["method"]) + delta_label(r) for r in rows]
+    styles = method_styles(set(labels))  # by label: each δ of a method its own marker
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
     for ax, (key, ylabel) in zip(axes, PANELS):
-        for shift, r in enumerate(rows):
+        for shift, (r, label) in enumerate(zip(rows, labels)):
             s = r["run"].summary
             values, intervals = s[key], s.get(f"{key}_ci") or [None] * len(s[key])
             xs = [j + 1 + 0.04 * (shift - len(rows) / 2) for j in range(len(values))]  # offset: bars stay apart
@@ -25,7 +26,7 @@ def draw(sink, name, title, g, ver) -> None:
             above = [ci[1] - v if ci and v is not None else 0.0 for v, ci in zip(values, intervals)]
             ax.errorbar(
                 xs, values, yerr=[below, above], capsize=3, lw=1.2,
-                label=method_label(r["method"]) + delta_label(r), **styles[r["method"]],
+                label=label, **styles[label],
             )  # fmt: skip
         ax.set(xlabel="draft position j", ylabel=ylabel, ylim=(0, 1.02))
         ax.set_xticks(range(1, max(len(r["run"].summary[key]) for r in rows) + 1))
