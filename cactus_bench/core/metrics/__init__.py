@@ -217,7 +217,7 @@ def pool(samples: list[dict]) -> dict:
 
 def add_stats(parts: list[dict]) -> dict:
     """Sum the counters of several statistics (samples of a run, or the turns of a conversation)."""
-    out = {}
+    out: dict[str, list | int | float | None] = {}
     for key in COUNTERS:
         values = [p.get(key) for p in parts]
         if key in LIST_COUNTERS:  # position by position; a shorter list (fewer positions tested) adds zeros

@@ -108,8 +108,9 @@ def expand_columns(columns: list[str], m: int) -> list[str]:
 def position_intervals(m: Metric, samples: list[dict], positions: int) -> list[list[float] | None]:
     """A positional ratio metric's 95 % interval at each position, clustered by item (`ratio_interval` over
     the items' numerator and denominator at that position); None where it has none."""
+    assert m.ratio is not None, f"{m.name} is not a ratio metric"
     num, den = m.ratio
-    out = []
+    out: list[list[float] | None] = []
     for i in range(positions):
         pairs = []
         for s in samples:
@@ -120,5 +121,8 @@ def position_intervals(m: Metric, samples: list[dict], positions: int) -> list[l
             b_i = (b[i] if i < len(b) else 0) if isinstance(b, list) else b
             pairs.append((a_i, b_i))
         est = ratio_interval(pairs, m.bounds)
-        out.append([est.low, est.high] if est is not None and est.low is not None else None)
+        if est is None or est.low is None or est.high is None:
+            out.append(None)
+        else:
+            out.append([est.low, est.high])
     return out
