@@ -26,7 +26,7 @@ import pandas as pd
 
 from cactus_bench.app.errors import fail
 from cactus_bench.app.runs import find_run, load_runs
-from cactus_bench.app.schema import DEVICE_RESULTS_DIR, default_paths
+from cactus_bench.app.schema import DEVICE_RESULTS_DIR
 from cactus_bench.app.store import StoreError
 from cactus_bench.core import metrics
 from cactus_bench.core.cli import Command, Key
@@ -251,8 +251,17 @@ def detectable(cfg, run, baseline_run, items: int) -> tuple[float | None, str]:
     return intervals.detectable_difference(100 * math.sqrt(2 * p * (1 - p)), items), "assumed"
 
 
-def plan(spec: dict, shards: int = 1, gpu: str = "h100", overrides: list[str] = (), slots: int = 1) -> pd.DataFrame:
-    runs = load_runs(default_paths().runs)
+def plan(
+    spec: dict,
+    shards: int = 1,
+    gpu: str = "h100",
+    overrides: list[str] = (),
+    slots: int = 1,
+    results: str | None = None,
+) -> pd.DataFrame:
+    """`results`: the stored runs read (default: where the spec's runs go, `paths.runs` with the overrides)."""
+    runs_dir = results or compose_cell(spec, spec["rows"][0], spec["data"][0], overrides).paths.runs
+    runs = load_runs(runs_dir)
     gpus = max(1, math.ceil(shards / slots))
     rows = []
     for data in spec["data"]:
@@ -283,6 +292,7 @@ COMMAND = Command(
         Key("shards", "jobs each run is split into", 1, int),
         Key("gpu", "the card priced", "h100", choices=tuple(BANDWIDTH)),
         Key("slots_per_gpu", "runs sharing one GPU", 1, int),
+        Key("results", "the stored runs read (default: paths.runs, which paths.results=... moves, as in a run)"),
         *SPEC_KEYS,
     ),
     overrides="Hydra overrides the runs will be made with (e.g. batch_size=8)",
@@ -295,7 +305,7 @@ def main(argv: list[str] | None = None) -> str:
     gpu, shards, slots, overrides = args.gpu, args.shards, args.slots_per_gpu, args.overrides
     try:
         spec = load_spec(args.spec, spec_overrides(args))
-        df = plan(spec, shards, gpu, overrides, slots)
+        df = plan(spec, shards, gpu, overrides, slots, args.results)
     except (PlanError, SpecError, StoreError) as e:
         fail(e)
     text = (

@@ -18,11 +18,13 @@ from pathlib import Path
 import yaml
 
 from cactus_bench.app.errors import fail
-from cactus_bench.app.runs import Run
+from cactus_bench.app.runs import Run, stored_references
 from cactus_bench.app.schema import default_paths
 from cactus_bench.app.store import StoreError, read_samples, samples_files
 from cactus_bench.core import metrics
 from cactus_bench.core.cli import Command, Key
+from cactus_bench.core.methods import display_name
+from cactus_bench.tools.report import tables
 
 COMMAND = Command(
     prog="python -m cactus_bench.tools.runs",
@@ -96,42 +98,72 @@ def load(folder: Path) -> Run:
     return run.checked()
 
 
+def method_label(run: Run) -> str:
+    """The method as tables name it, with its parameters: `Cactus delta=0.75`, `Verifier`."""
+    params = " ".join(f"{k}={v}" for k, v in sorted(run.identity.params.items()) if v is not None)
+    return f"{display_name(run.identity.method)} {params}".strip()
+
+
 def listing(results: Path, data: str | None, pair: str | None, method: str | None) -> str:
-    rows = ["| data | pair | method | m | seed | n | status | score | AL | key |", "|" + " --- |" * 10]
+    """Every stored run, its figures read through the one check the tables use (`load`: a summary its
+    samples no longer support is recomputed from them)."""
+    rows = ["| data | pair | method | m | seed | n | status | score | AL (Σ rounds) | key |", "|" + " --- |" * 10]
     for folder in stored(results):
         data_label, pair_name = folder.parent.parent.name, folder.parent.name
-        run_method = folder.name.split("_")[0]
-        if (
-            (data and data != data_label)
-            or (pair and pair != pair_name)
-            or (method and not run_method.startswith(method))
-        ):
+        if (data and data != data_label) or (pair and pair != pair_name):
             continue
         try:
-            config = yaml.safe_load((folder / "config.yaml").read_text())
-            summary = json.loads((folder / "summary.json").read_text()) if (folder / "summary.json").exists() else {}
-        except (OSError, ValueError) as e:
-            rows.append(f"| {data_label} | {pair_name} | {run_method} | | | | unreadable ({type(e).__name__}) | | | |")
+            run = load(folder)
+        except (OSError, ValueError, KeyError, TypeError) as e:  # StoreError too: a damaged line, named
+            if not method or folder.name.startswith(method):
+                rows.append(
+                    f"| {data_label} | {pair_name} | {folder.name} | | | | unreadable ({type(e).__name__}) | | | |"
+                )
             continue
+        if method and not run.identity.method.startswith(method):
+            continue
+        ident, summary = run.identity, run.summary
         score, al = summary.get("score"), summary.get("accepted_length")
         rows.append(
-            f"| {data_label} | {pair_name} | {folder.name.rsplit('_s', 1)[0]} | {config.get('m', '')} | "
-            f"{config.get('seed', '')} | {count_items(folder)} | {status(folder)} | "
+            f"| {data_label} | {pair_name} | {method_label(run)} | {'' if ident.m is None else ident.m} | "
+            f"{ident.seed} | {len(run.samples)} | {status(folder)} | "
             f"{'' if score is None else f'{score:.2f}'} | {'' if al is None else f'{al:.2f}'} | "
             f"{folder.name.rsplit('_', 1)[-1]} |"
         )
     return "\n".join(rows) + f"\n\n{len(rows) - 2} run(s) under {results}\n"
 
 
-def show(run: Run, item: str | None) -> str:
+def figures(run: Run, results: Path) -> tuple[list[str], list[str]]:
+    """A run's figures as its table cell shows them (against its stored SpS and verifier-alone runs, on the
+    items they share): Markdown rows, and the notes (caveats) that go with them."""
+    refs = {k: r for k, r in stored_references(results, run.identity).items() if r is not None}
+    shared = set.intersection({s["id"] for s in run.samples}, *({s["id"] for s in r.samples} for r in refs.values()))
+    refs = {k: r.restricted(shared) for k, r in refs.items()}
+    rows, notes = [], []
+    for group, values in run.kind.cells(run.restricted(shared), refs.get("sps"), refs.get("baseline")).items():
+        for col, value in values.items():
+            found = metrics.column_metric(col)
+            if found is None or value is None or (found[0].positional and found[1] is None):  # positions: 1 row each
+                continue
+            caveat, mark = values.get(f"{col}_caveat"), None
+            if caveat is not None:
+                notes.append(caveat[1])
+                mark = tables.CAVEAT_MARK
+            text = tables.cell_text(value, col, None, values.get(f"{col}_ci"), values.get(f"{col}_n"), mark)
+            rows.append(f"| {'' if group is None else f'{group}: '}{tables.label(col)} | {text} |")
+    if len(shared) != len(run.samples):
+        notes.append(f"figures on the {len(shared)} items this run shares with its reference runs")
+    return rows, notes
+
+
+def show(run: Run, item: str | None, results: Path) -> str:
     if item is None:
         lines = [f"# {run.folder}", "", f"status: {status(run.folder)}; items: {len(run.samples)}"]
         lines += [f"- {k}: {v}" for k, v in run.identity.as_dict().items()]
-        lines += ["", "| metric | value |", "| --- | --- |"]
-        for name, value in run.summary.items():
-            if name in metrics.METRICS and value is not None:
-                lines.append(f"| {metrics.METRICS.get(name).label} | {metrics.METRICS.get(name).format(value)} |")
-        return "\n".join(lines) + "\n"
+        rows, notes = figures(run, results)
+        lines += ["", "| metric | value |", "| --- | --- |", *rows]
+        lines += ["", *(f"- {n}" for n in dict.fromkeys(([run.note] if run.note else []) + notes))]
+        return "\n".join(lines).rstrip() + "\n"
     sample = next((s for s in read_samples(run.folder) if str(s["id"]) == str(item)), None)
     if sample is None:
         raise RunNotFound(
@@ -184,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
         elif args.run is None:
             raise RunNotFound(f"`{args.what}` needs a run: its key (as `list` prints it) or its folder")
         elif args.what == "show":
-            print(show(load(find_folder(results, args.run)), args.item), end="")
+            print(show(load(find_folder(results, args.run)), args.item, results), end="")
         else:
             if args.other is None:
                 raise RunNotFound("`compare` needs two runs: RUN OTHER (keys as `list` prints them, or folders)")

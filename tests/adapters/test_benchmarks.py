@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import datasets
 import pytest
+import yaml
 
 from cactus_bench.adapters.benchmarks import data as data_mod
 from cactus_bench.adapters.benchmarks.data import DataError, load_gpqa, load_ifeval
@@ -443,3 +445,58 @@ def test_ifeval_is_scored_offline_from_the_fallback_data_folder_with_no_data_var
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr[-2000:]
     summary = json.loads(next(tmp_path.glob("runs/ifeval/*/*/summary.json")).read_text())
     assert summary["samples"] == 1 and summary["score"] is not None
+
+
+class _TaskYaml(yaml.SafeLoader):
+    """lm-eval's task files, their `!function` tags left unresolved (only splits and dataset options are read)."""
+
+
+_TaskYaml.add_multi_constructor("!", lambda loader, suffix, node: None)
+
+
+def _task_config(path: Path) -> dict:
+    """A task file with the files it includes beneath it (lm-eval's `include`)."""
+    own = yaml.load(path.read_text(), Loader=_TaskYaml)
+    return {**(_task_config(path.parent / own["include"]) if "include" in own else {}), **own}
+
+
+@pytest.mark.parametrize("name", ["arith", "gsm8k", "ifeval", "gpqa", "specbench"])
+def test_the_size_plan_prices_is_the_size_a_run_decodes(name):
+    """conf/data's `items` (what `plan` prices before runs exist) against the test split a run without a limit
+    decodes, read by the same loader and split as the run's lm-eval task (arith: 200 here once hid 500)."""
+    conf = yaml.safe_load((Path(data_mod.__file__).parents[2] / "conf" / "data" / f"{name}.yaml").read_text())
+    for subset in conf.get("subsets") or [None]:
+        planned = conf["items"][subset] if subset else conf["items"]
+        if name == "specbench":
+            decoded = len(data_mod.load_specbench(DATA))
+        else:
+            task = _task_config(
+                Path(data_mod.__file__).parent / "tasks" / f"{conf['task'].replace('${.subset}', subset or '')}.yaml"
+            )
+            options = dict(task.get("dataset_kwargs") or {})
+            loader = data_mod.LOADERS.get(options.pop("dataset", name))
+            decoded = len(loader(DATA, **options)[task["test_split"]])
+        assert planned == decoded, f"conf/data/{name}.yaml prices {planned} items ({subset}); a run decodes {decoded}"
+
+
+def test_a_scorer_without_its_nltk_data_is_one_paragraph_before_any_model_loads(tmp_path):
+    """With IFEval's files but no `punkt_tab`, a run printed lm-eval's false "Downloaded punkt_tab", decoded,
+    and stopped at the first item that split sentences (a mangled LookupError, an interrupted run, no
+    samples); `score data=ifeval` printed a traceback. Both now refuse first, naming what to fetch."""
+    root = tmp_path / "data"
+    shutil.copytree(DATA / "ifeval", root / "ifeval")  # the benchmark's files, no nltk_data/
+    replies = tmp_path / "replies.jsonl"
+    replies.write_text(json.dumps({"id": 1000, "response": "Hello."}) + "\n")
+    env = {**os.environ, "NLTK_DATA": str(tmp_path / "no-nltk"), "HOME": str(tmp_path), "HF_DATASETS_OFFLINE": "1"}
+    env["CACTUS_BENCH_RESULTS"] = str(tmp_path / "results")
+    commands = {
+        "run": ["cactus_bench", "data=ifeval", "pair=tiny", f"paths.data={root}", "limit=1", "progress=false"],
+        "score": ["cactus_bench.tools.score", "data=ifeval", f"responses={replies}", f"root={root}"],
+    }
+    for name, command in commands.items():
+        out = subprocess.run([sys.executable, "-m", *command], capture_output=True, text=True, env=env, cwd=tmp_path)
+        said = " ".join(out.stderr.split())
+        assert out.returncode != 0 and "Traceback" not in said, (name, out.stderr[-2000:])
+        assert "needs NLTK's tokenizers/punkt_tab" in said and "python -m nltk.downloader punkt_tab" in said, name
+        assert "Downloaded" not in out.stdout + out.stderr
+    assert not list((tmp_path / "results").rglob("config.yaml"))  # no run folder was opened

@@ -29,7 +29,8 @@ class Benchmark(Protocol):
         """The first `limit` items (all when None), in a fixed order."""
 
     def key(self, item: Any) -> int | str:
-        """The item's index in the store (stable across runs and processes)."""
+        """The item's index in the store (stable across runs and processes), ascending in item order: the
+        first `limit` items are the `limit` smallest keys (a table of that limit reads them so)."""
 
     def order(self, item: Any) -> Any:
         """What a timing sample is stratified by (prompt length; Spec-Bench: category, then length)."""

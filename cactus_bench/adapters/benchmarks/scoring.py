@@ -61,6 +61,29 @@ def use_nltk_data(data_root) -> None:
         os.environ["NLTK_DATA"] = str(Path(data_root) / "nltk_data")
 
 
+def refuse_missing_nltk_data(task: str, resources: list[str]) -> None:
+    """A task's scorer that needs NLTK data (its `metadata.nltk_data`) is refused before any item decodes when
+    the data is not here (offline, lm-eval's download fails at the first item that needs it, and says it
+    downloaded)."""
+    if not resources:
+        return
+    import nltk
+
+    missing = []
+    for resource in resources:
+        try:
+            nltk.data.find(resource)
+        except LookupError:
+            missing.append(resource)
+    if missing:
+        raise DataError(
+            f"{task}'s scorer needs NLTK's {', '.join(missing)}, which is not under NLTK_DATA "
+            f"({os.environ.get('NLTK_DATA', 'unset')}) nor NLTK's own folders. Point NLTK_DATA at a folder that "
+            "holds it (the data folder's nltk_data/, as ../shared/data has), or fetch it where there is network: "
+            f"python -m nltk.downloader {' '.join(r.split('/')[-1] for r in missing)}"
+        )
+
+
 class TaskScorer:
     """One lm-eval task of ours (`tasks/*.yaml`): its prompts and its scoring of responses.
     `primary_metric` ("metric,filter") is the headline score (conf/data/<name>.yaml)."""
@@ -94,6 +117,7 @@ class TaskScorer:
             self.task = manager.load([self.name])["tasks"][self.name]
         finally:
             lm_eval_logger.setLevel(level)
+        refuse_missing_nltk_data(task, (self.task.config.metadata or {}).get("nltk_data") or [])
         self.chat_template = chat_template
         self.tokenizer_name = tokenizer_name
         self._instances = None

@@ -9,6 +9,7 @@ import time
 
 from cactus_bench.adapters.embedded import shipped
 from cactus_bench.adapters.embedded.build import SPEC, default_cache_dir, ensure_pair, format_quality, spec_hash
+from cactus_bench.adapters.embedded.kernels import differing_cpu
 from cactus_bench.core.cli import Command, Key
 
 COMMAND = Command(
@@ -40,9 +41,16 @@ def main(argv=None):
     elif args.rebuild and shipped.holds(spec_hash(SPEC)):
         differ = shipped.differences(folder)
         if differ:
+            known = differing_cpu()
             print(
-                f"the rebuild differs from the shipped pair in {', '.join(differ)}: this CPU or torch build does "
-                "not reproduce it (report it with `python -m torch.utils.collect_env`)"
+                f"the rebuild differs from the shipped pair in {', '.join(differ)}: "
+                + (
+                    f"CPUs with {known} are known not to reproduce it (kernels.DIFFERING_CPU_FLAGS); the shipped "
+                    "bytes decode the same table here"
+                    if known
+                    else "this CPU or torch build does not reproduce it (report it with "
+                    "`python -m torch.utils.collect_env`)"
+                )
             )
             sys.exit(1)
         print("the rebuild is byte for byte the shipped pair")

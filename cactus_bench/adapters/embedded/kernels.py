@@ -1,5 +1,5 @@
-"""Portable CPU kernels: bit-identical floating-point results on every x86-64 CPU with AVX2 or newer (AMD or
-Intel, with or without AVX-512), for building the embedded pair.
+"""Portable CPU kernels: bit-identical floating-point results on x86-64 CPUs with AVX2 or newer (AMD or Intel,
+with or without AVX-512; not Sapphire Rapids, see `DIFFERING_CPU_FLAGS`), for building the embedded pair.
 
 torch picks its CPU kernels when a process starts, by the instruction set it finds (ATen's CPU capability:
 default, avx2 or avx512), and MKL, which runs torch's float32 matrix products on x86, picks its own code
@@ -30,6 +30,23 @@ PORTABLE = {
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
 }
+
+
+# CPUs on which the portable kernels train other weights than the shipped build's: Intel Sapphire Rapids
+# (AVX512-FP16, AMX), measured 2026-12-04 (first 25 drafter steps: 340aeffe… against the record's ce9ff29d…,
+# under every ATen capability and MKL branch tried). The cause is not found: every SGEMM there runs MKL's
+# COMPATIBLE branch, oneDNN is never called and ATen runs its AVX2 kernels. Decoding the shipped bytes is
+# unaffected (the demo's table is the same there); only a rebuild differs.
+DIFFERING_CPU_FLAGS = ("avx512_fp16",)
+
+
+def differing_cpu() -> str | None:
+    """The flag of this CPU that marks it as one the recipe is known not to reproduce on, else None."""
+    try:
+        flags = next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), [])
+    except OSError:
+        return None
+    return next((f for f in DIFFERING_CPU_FLAGS if f in flags), None)
 
 
 def is_portable() -> bool:

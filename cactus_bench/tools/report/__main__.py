@@ -66,11 +66,14 @@ def main(argv=None):
         if path is not None:
             print(f"written: {path.with_suffix('')}.{{csv,md,tex}}")
     else:
-        specs = [
-            load_spec(p, spec_overrides(args))
-            for p in sorted(SWEEPS_DIR.glob("*.yaml"))
-            if "figure" in (yaml.safe_load(p.read_text()) or {})
-        ]
+        try:
+            specs = [
+                load_spec(p, spec_overrides(args))
+                for p in sorted(SWEEPS_DIR.glob("*.yaml"))
+                if "figure" in (yaml.safe_load(p.read_text()) or {})
+            ]
+        except SpecError as e:
+            fail(e)
         made = figures(runs, args.out or (beside / "figures" if elsewhere else paths.figures), specs, args.overrides)
         print("\n".join(str(p) for p in made.values()) or "no runs to plot")
 

@@ -18,7 +18,7 @@ import yaml
 from omegaconf import DictConfig
 
 from cactus_bench.app.compose import compose
-from cactus_bench.app.schema import SWEEPS_DIR
+from cactus_bench.app.schema import CONF_DIR, SWEEPS_DIR
 from cactus_bench.core import metrics
 from cactus_bench.core.cli import Key
 
@@ -37,6 +37,9 @@ SPEC_KEYS = (
     Key("timing_sample", "items timed at batch size 1 beside the verifier alone"),
     Key("engine", "the decode engine (conf/engine: eager, fast, auto, vllm)"),
 )
+
+
+WHOLE_NUMBERS = ("limit", "m", "max_gen_toks", "seed", "timing_sample")  # a cell's int(...) settings
 
 
 class SpecError(ValueError):
@@ -89,10 +92,37 @@ def load_spec(path: str | Path, overrides: dict | None = None) -> dict:
     if "seed" in overrides:  # one seed asked for on the command line: not the spec's list
         spec.pop("seeds", None)
     spec.update(overrides)
+    for key in WHOLE_NUMBERS:
+        if _given(spec.get(key)) and not str(spec[key]).isdigit():
+            raise SpecError(
+                f"{key}={spec[key]!r} ({'the command line' if key in overrides else path}) is not a whole number: "
+                f"give {key} as a count, e.g. {key}=4 (or {key}=null for the config's default)"
+            )
+    refuse_other_kinds(spec, path)
     spec["rows"] = expand_rows(spec["rows"])
     if "columns" in spec and "m" in spec:  # a positional metric is a column set: one column per draft position
         spec["columns"] = metrics.expand_columns(spec["columns"], int(spec["m"]))
     return spec
+
+
+def refuse_other_kinds(spec: dict, path) -> None:
+    """A spec of one benchmark kind (`kind: specbench`: per-category columns) refuses a dataset of another:
+    its table would file that dataset's cells under groups it does not have."""
+    want = spec.get("kind", "task")
+    for data in spec.get("data") or []:
+        conf = CONF_DIR / "data" / f"{data}.yaml"
+        kind = (yaml.safe_load(conf.read_text()) or {}).get("kind", "task") if conf.is_file() else None
+        if kind is not None and kind != want:
+            others = [p.name for p in sorted(SWEEPS_DIR.glob("*.yaml")) if _kind(p) == kind]
+            raise SpecError(
+                f"data={data} is a {kind} dataset, and {Path(path).name} is a table of {want} runs (its `kind`): "
+                f"its cells would be filed under groups {data} does not have. Use a spec of {kind} runs "
+                f"({', '.join(others) or 'none in sweeps/'}), or one of this spec's own datasets."
+            )
+
+
+def _kind(spec_path: Path) -> str:
+    return (yaml.safe_load(spec_path.read_text()) or {}).get("kind", "task")
 
 
 def spec_pairs(spec: dict) -> list[tuple[str, str]]:

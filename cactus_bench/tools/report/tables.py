@@ -84,8 +84,11 @@ def build_table(spec: dict, runs: list[Run], overrides: list[str] = ()) -> tuple
         present = [r for r in [*found.values(), *refs.values()] if r is not None]
         notes += [f"{data}: {r.note}" for r in present if r.note]
         if present:  # one item set for every cell of this dataset: the items all its runs share
-            shared = set.intersection(*({s["id"] for s in r.samples} for r in present))
-            if any(len(r.samples) != len(shared) for r in present):
+            first = first_items(present, anchor.limit)
+            shared = set.intersection(*({s["id"] for s in r.samples if s["index"] in first} for r in present))
+            if anchor.limit and any(len(r.samples) > anchor.limit for r in present):
+                notes.append(f"{data}: limit={anchor.limit}: every cell shows the first {anchor.limit} items only")
+            if any(len(first & {s["index"] for s in r.samples}) != len(shared) for r in present):
                 notes.append(f"{data}: every cell is computed on the {len(shared)} items all its runs share")
             found = {k: r.restricted(shared) if r is not None else None for k, r in found.items()}
             refs = {k: r.restricted(shared) if r is not None else None for k, r in refs.items()}
@@ -128,6 +131,13 @@ def build_table(spec: dict, runs: list[Run], overrides: list[str] = ()) -> tuple
     df = pd.DataFrame.from_records(records, columns=COLUMNS)
     df["diff"] = pd.to_numeric(df["ours"], errors="coerce") - pd.to_numeric(df["paper"], errors="coerce")
     return df, notes
+
+
+def first_items(runs: list[Run], limit: int | None) -> set:
+    """The keys of the items a run of `limit` decodes (every item when None): a benchmark's first `limit`
+    items are its `limit` smallest keys (`Benchmark.key`), so the runs' stored keys name them."""
+    keys = sorted({s["index"] for r in runs for s in r.samples})
+    return set(keys[:limit] if limit else keys)
 
 
 def below_detectable(col: str, values: dict) -> str | None:
@@ -197,20 +207,26 @@ def _footnotes(spec: dict, df: pd.DataFrame) -> list[str]:
     return out
 
 
+def cell_text(value, metric: str, stderr=None, ci=None, n=None, mark: str | None = None) -> str:
+    """One figure as every reader prints it: value, ± its standard error, [its 95 % interval], n, ⚠."""
+    text = fmt(value, metric)
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return text
+    if stderr is not None and not pd.isna(stderr):
+        text += f" ± {stderr:.1f}"
+    if isinstance(ci, (list, tuple)):
+        low, high = (fmt(v, metric).rstrip("×") for v in ci)
+        text += f" [{low}, {high}]"
+    if n is not None and not pd.isna(n):
+        text += f" n={int(n)}"
+    return f"{text} {mark}" if mark else text
+
+
 def wide(df: pd.DataFrame) -> pd.DataFrame:
     """Rows = method labels, columns = (data, metric) with 'ours (paper)'."""
 
     def cell(r):
-        text = fmt(r["ours"], r["metric"])
-        if r["stderr"] is not None and not pd.isna(r["stderr"]) and r["ours"] is not None:
-            text += f" ± {r['stderr']:.1f}"
-        if isinstance(r.get("ci"), (list, tuple)) and r["ours"] is not None:
-            low, high = (fmt(v, r["metric"]).rstrip("×") for v in r["ci"])
-            text += f" [{low}, {high}]"
-        if r.get("n") is not None and not pd.isna(r["n"]) and r["ours"] is not None:
-            text += f" n={int(r['n'])}"
-        if r.get("mark"):
-            text += f" {r['mark']}"
+        text = cell_text(r["ours"], r["metric"], r["stderr"], r.get("ci"), r.get("n"), r.get("mark"))
         if r["paper"] is not None and not pd.isna(r["paper"]):
             mark = UNVERIFIED_MARK if r.get("paper_confidence") == "unverified" else ""
             text += f" ({fmt(r['paper'], r['metric'])}{mark})"
@@ -225,7 +241,11 @@ def wide(df: pd.DataFrame) -> pd.DataFrame:
 def _changes(spec: dict, overrides: list[str]) -> list[str]:
     """What this table's setting changes from its spec file: spec keys set on the command line (the pair, a
     limit, ...) and the overrides the runs were made with."""
-    return [f"{k}={v}" for k, v in spec.get("changed", {}).items()] + list(overrides)
+    shown = {
+        k: ",".join(map(str, v)) if isinstance(v, (list, tuple)) else v for k, v in spec.get("changed", {}).items()
+    }
+    # where runs are stored is not what they are: `paths.results=...` names no table
+    return [f"{k}={v}" for k, v in shown.items()] + [o for o in overrides if not o.startswith("paths.")]
 
 
 def table_name(spec: dict, overrides: list[str] = ()) -> str:
@@ -273,7 +293,7 @@ def render_table(
         log.warning("no stored run matches %s: table printed, nothing written", spec["name"])
         return md, None
     out.mkdir(parents=True, exist_ok=True)
-    df.to_csv(base.with_suffix(".csv"), index=False)
-    write_text_atomic(base.with_suffix(".md"), md)
-    write_text_atomic(base.with_suffix(".tex"), table.to_latex(escape=True))
-    return md, base.with_suffix(".md")
+    df.to_csv(f"{base}.csv", index=False)  # not with_suffix: a name with a dot (δ=0.5) keeps its tail
+    write_text_atomic(Path(f"{base}.md"), md)
+    write_text_atomic(Path(f"{base}.tex"), table.to_latex(escape=True))
+    return md, Path(f"{base}.md")
