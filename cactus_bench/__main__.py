@@ -21,7 +21,16 @@ def main() -> None:
 
     from cactus_bench.app.schema import CONF_DIR  # registers the config schema too
 
-    check_composition(overrides_of(sys.argv[1:]), multirun=bool({"-m", "--multirun"} & set(sys.argv[1:])))
+    overrides, multirun = overrides_of(sys.argv[1:]), bool({"-m", "--multirun"} & set(sys.argv[1:]))
+    check_composition(overrides, multirun)
+    if multirun and "hydra/launcher=slurm" in overrides:  # before Hydra writes the sweep's multirun.yaml
+        from cactus_bench.app.cluster import SlurmUnavailable, require_slurm
+        from cactus_bench.app.errors import fail
+
+        try:
+            require_slurm()
+        except SlurmUnavailable as e:
+            fail(e)
 
     hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")(_run)()
 

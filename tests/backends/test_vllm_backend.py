@@ -181,3 +181,25 @@ def test_a_slurm_job_asks_for_the_gpus_its_verifier_is_sharded_over():
 
     assert gpus_per_job([cfg_of("method=sps"), cfg_of("engine=vllm", "pair.tensor_parallel_size=4")]) == 4
     assert gpus_per_job([cfg_of("method=sps")]) == 1
+
+
+def test_the_kv_cache_is_sized_from_the_runs_rows_and_longest_sequence():
+    """engine=vllm left vLLM's CPU KV cache at its default share of the machine (a 135M pair peaked at 19.7 GB
+    of 24 GB, or refused to start where a NUMA node held less): the cache is the run's rows × its longest
+    sequence for both models' layers, auto fills at most half the free memory, and one that does not fit
+    is one paragraph."""
+    from transformers import LlamaConfig
+
+    from cactus_bench.backends.vllm import memory
+    from cactus_bench.core.decode.api import ModelLoadError
+
+    smol = LlamaConfig(num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, hidden_size=576)
+    drafter = LlamaConfig(num_hidden_layers=24, num_attention_heads=9, num_key_value_heads=3, hidden_size=576)
+    assert memory.bytes_per_token(smol, 4) == 2 * 30 * 3 * 64 * 4
+    one = memory.plan([smol, drafter], 4, 1, 4149, free=2**34)
+    assert one.bytes == int(4224 * (2 * 54 * 3 * 64 * 4) * memory.MARGIN)  # 4149 tokens in whole 128-blocks
+    assert memory.plan([smol, drafter], 4, 6, 4149, free=2**34).bytes == pytest.approx(6 * one.bytes, rel=1e-6)
+    auto = memory.plan([smol, drafter], 4, "auto", 4149, free=2**34)
+    assert auto.rows == min(memory.AUTO_ROWS, int(2**34 * memory.AUTO_SHARE // one.bytes)) and auto.bytes <= 2**33
+    with pytest.raises(ModelLoadError, match=r"needs .* GiB for 64 row\(s\) × 4149 tokens.*Lower batch_size"):
+        memory.plan([smol, drafter], 4, 64, 4149, free=2**30)

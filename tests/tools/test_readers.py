@@ -152,3 +152,25 @@ def test_a_tables_file_name_and_title_show_a_list_as_the_command_line_wrote_it(s
     assert "data=arith,gsm8k" in md and "['arith'" not in md and "paths.results" not in md
     assert path is not None and path.name.startswith("demo-") and "data-arith-gsm8k" in path.name
     assert path.with_suffix(".csv").exists() and path.with_suffix(".tex").exists()
+
+
+def test_the_speedup_figure_names_the_items_it_timed(small_pair_dir, tmp_path, monkeypatch):
+    """fig3 was titled with the run's n while its bars were the timing sample's, and its axis said
+    "95 % interval" with none drawn. Now its title names both, and a sample too small for an interval says so."""
+    from cactus_bench.tools.report.figures import figures
+    from cactus_bench.tools.report.figures.common import Sink
+
+    results = tmp_path / "runs"
+    for method in ("ar", "sps"):
+        run_cell(method, "batch_size=4", "timing_sample=6", results=results, pair_dir=small_pair_dir, limit=12)
+    drawn = {}
+
+    def keep(self, fig, name):
+        ax = fig.axes[0]
+        drawn[name] = (ax.get_title(), ax.get_ylabel())
+
+    monkeypatch.setattr(Sink, "save", keep)
+    figures(load_runs(results), tmp_path / "figures", [], pair_overrides(small_pair_dir))
+    title, ylabel = next(v for k, v in drawn.items() if k.startswith("fig3_speedup"))
+    assert "n=12" in title and "speedup timed on n=6" in title
+    assert "too few items for an interval" in ylabel and "95 %" not in ylabel

@@ -142,7 +142,8 @@ def test_slurm_without_a_controller_is_one_paragraph_before_any_work(tmp_path):
     """SLURM's commands installed but no controller answering (a laptop with the client, a login node whose
     controller is down): sbatch's "Could not establish a configuration source" came out of submitit as a
     traceback after every cell was composed, from the sweep (which then advised rerunning) and from
-    `python -m cactus_bench -m ... hydra/launcher=slurm` alike."""
+    `python -m cactus_bench -m ... hydra/launcher=slurm` alike; the refusal came after Hydra had written the
+    sweep's multirun/<time>/multirun.yaml."""
     from cactus_bench.__main__ import main as run_cli
     from cactus_bench.tools.sweep import main
 
@@ -164,6 +165,7 @@ def test_slurm_without_a_controller_is_one_paragraph_before_any_work(tmp_path):
         assert "Could not establish a configuration source" in said and "Nothing was submitted" in said
         assert "Traceback" not in said and "run the same sweep command again" not in said
     assert not (tmp_path / "runs").exists()
+    assert not (tmp_path / "multirun").exists()  # Hydra's sweep folder (multirun.yaml) was left behind too
 
 
 def test_plan_prices_a_backend_from_its_cost_model_and_names_a_missing_one(monkeypatch):

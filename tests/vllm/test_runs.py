@@ -94,3 +94,24 @@ def test_vllms_own_drafter_warp_accepts_less_with_the_same_drafter(runs):
     like_q, _ = runs(*args)
     assert own["run_key"] != like_q["run_key"]
     assert own["acceptance_rate"] < like_q["acceptance_rate"] - 0.02
+
+
+def test_the_engines_kv_cache_is_what_the_run_needs(runs):
+    """The engines a run started hold the KV cache `memory.plan` sized for their rows and longest sequence
+    (both models' layers, float32 here), not vLLM's share of the machine."""
+    from transformers import AutoConfig
+
+    from cactus_bench.backends.vllm import decoder, memory
+
+    runs("method=sps", "data=ifeval", "limit=2", "max_gen_toks=16", "batch_size=2", "engine.settings.kv_cache_gib=null")
+    sized = [(llm, rows) for key, llm, rows in decoder._ENGINES.values() if key[6] is None]  # key[6]: kv_cache_gib
+    assert sized
+    for llm, rows in sized:
+        vllm_config = llm.llm_engine.vllm_config
+        models = [vllm_config.model_config.model]
+        if vllm_config.speculative_config is not None:
+            models.append(vllm_config.speculative_config.model)
+        want = memory.sized(
+            [AutoConfig.from_pretrained(m) for m in models], 4, rows, vllm_config.model_config.max_model_len
+        )
+        assert vllm_config.cache_config.kv_cache_memory_bytes == want.bytes < 2**31

@@ -4,7 +4,8 @@ this project's rule as its acceptance step (the plugin in `plugin.py`, which vLL
 Engines: `eager` (no compile step), `compiled` (torch.compile, and CUDA graphs on a GPU), `auto` (compiled
 on CUDA, eager on a CPU, where compiling costs minutes). Options (`engine.*` in conf/engine/vllm.yaml):
 `drafter_warp` (how p is warped: like q, the authors' vLLM 0.7.3, or by the temperature only, vLLM 0.32's
-own drafter), `kv_cache_gib` (the KV cache each engine reserves; null: vLLM's default share of the device).
+own drafter), `kv_cache_gib` (the KV cache each engine reserves; null: sized from the run's rows and longest sequence,
+`memory.py`).
 `pair.tensor_parallel_size` spreads the verifier over that many GPUs.
 
 Importing this module imports nothing of vLLM: config validation reads the registry before any model code.

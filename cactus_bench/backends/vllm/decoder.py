@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from cactus_bench.backends.hf.backend import cut_at_stop, reply_text
-from cactus_bench.backends.vllm import plugin
+from cactus_bench.backends.vllm import memory, plugin
 from cactus_bench.core.decode.api import DecodeSpec, Generation, ModelLoadError, ModelSpec, Request, stable_seed
 from cactus_bench.core.decode.stats import (
     GenerationOutput,
@@ -82,6 +82,10 @@ def engine(models: ModelSpec, spec: DecodeSpec, drafter: str | None):
     }
     if kv is not None:
         options["kv_cache_memory_bytes"] = int(kv * 2**30)
+    else:  # what the run needs, not vLLM's share of the whole device (memory.py)
+        cache = kv_cache(models, drafter, dtype, spec.batch_size, options["max_model_len"], on_gpu)
+        options["kv_cache_memory_bytes"] = cache.bytes
+        log.info("vLLM KV cache: %s", cache.describe())
     if drafter:
         options["speculative_config"] = {
             "method": "draft_model",
@@ -111,6 +115,15 @@ def engine(models: ModelSpec, spec: DecodeSpec, drafter: str | None):
     )
     _ENGINES[kind] = (key, llm, rows)
     return llm
+
+
+def kv_cache(models: ModelSpec, drafter: str | None, dtype: str, batch_size, tokens: int, on_gpu: bool):
+    from transformers import AutoConfig
+
+    configs = [AutoConfig.from_pretrained(models.verifier, revision=models.revision)]
+    configs += [AutoConfig.from_pretrained(drafter)] if drafter else []
+    itemsize = torch.empty((), dtype=getattr(torch, dtype)).element_size()
+    return memory.plan(configs, itemsize, batch_size, tokens, memory.free_bytes(on_gpu))
 
 
 class VLLMDecoder:
