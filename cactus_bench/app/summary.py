@@ -67,7 +67,7 @@ def relative_readings(cfg: DictConfig, samples: list[dict], ident: RunIdentity) 
     summary as of when it was written; tables recompute them on the items every cell shares."""
     from cactus_bench.app.tracking import reference_samples
 
-    refs, out = reference_samples(cfg, ident), {}
+    refs, out = reference_samples(cfg, ident, samples), {}
     for m in metrics.METRICS.values():
         if m.relative is not None and refs.get(m.reference) is not None:
             reading = metrics.read(m, samples, refs)

@@ -60,12 +60,20 @@ def wandb_config(cfg: DictConfig, ident: RunIdentity | None = None) -> dict:
     return {**flat, "params": ident.params, "config": OmegaConf.to_container(cfg, resolve=True)}
 
 
-def reference_samples(cfg: DictConfig, ident: RunIdentity | None = None) -> dict[str, list[dict] | None]:
-    """The samples of this setting's SpS and verifier-alone runs, when the store has them."""
+def reference_samples(
+    cfg: DictConfig, ident: RunIdentity | None = None, own: list[dict] | None = None
+) -> dict[str, list[dict] | None]:
+    """The samples of this setting's SpS and verifier-alone runs, when the store has them; a run that is its
+    own reference (SpS for Rej) reads its `own` samples, before its summary is stored (Rej 0, not missing)."""
     from cactus_bench.app.runs import stored_references
 
-    refs = stored_references(cfg.paths.runs, ident or RunIdentity.of(cfg))
-    return {which: run.samples if run is not None else None for which, run in refs.items()}
+    ident = ident or RunIdentity.of(cfg)
+    refs = stored_references(cfg.paths.runs, ident)
+    out = {which: run.samples if run is not None else None for which, run in refs.items()}
+    for which in out:
+        if own is not None and ident.reference(which).key == ident.key:
+            out[which] = own
+    return out
 
 
 class WandbTracker(NullTracker):
@@ -123,7 +131,7 @@ class WandbTracker(NullTracker):
                 columns = ["acceptance_at", "accepted_at_least"]
                 rows = [[j + 1, *(summary[c][j] for c in columns)] for j in range(len(summary["acceptance_at"]))]
                 self.run.log({"acceptance_by_position": self.wandb.Table(columns=["position", *columns], data=rows)})
-            refs = reference_samples(self.cfg, self.ident)
+            refs = reference_samples(self.cfg, self.ident, samples)
             for m in METRICS.values():
                 if m.relative is None and not m.timed:
                     continue

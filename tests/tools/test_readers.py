@@ -174,3 +174,12 @@ def test_the_speedup_figure_names_the_items_it_timed(small_pair_dir, tmp_path, m
     title, ylabel = next(v for k, v in drawn.items() if k.startswith("fig3_speedup"))
     assert "n=12" in title and "speedup timed on n=6" in title
     assert "too few items for an interval" in ylabel and "95 %" not in ylabel
+
+
+def test_an_sps_runs_own_summary_gives_its_rej_as_0(small_pair_dir, tmp_path):
+    """Rej is measured against the setting's SpS run: an SpS run's own summary (what the run prints) left it
+    out ("–", no note) since its reference, itself, was not stored yet; the table printed +0 %."""
+    summary = run_cell("sps", results=tmp_path / "runs", pair_dir=small_pair_dir, limit=4)
+    assert summary["rej"] == 0
+    ar = run_cell("ar", results=tmp_path / "runs", pair_dir=small_pair_dir, limit=4)
+    assert "rej" not in ar  # the verifier alone drafts nothing: no Rej at all
