@@ -10,7 +10,7 @@ import pytest
 from cactus_bench.app.runs import load_runs
 from cactus_bench.app.store import run_dir
 from cactus_bench.tools import runs as runs_tool
-from cactus_bench.tools.report import build_table, load_spec, render_table
+from cactus_bench.tools.report import build_table, load_spec, render_table, tables
 from cactus_bench.tools.report.specs import SpecError
 from cactus_bench.tools.report.tables import cell_text, label
 
@@ -74,9 +74,12 @@ def test_runs_list_and_show_read_a_run_through_the_tables_check(small_pair_dir, 
 
 
 def test_every_reader_shows_the_same_figures_of_one_store(store, small_pair_dir):
-    """The table (its Markdown), `runs show` and `runs list` print each figure of a run with the same value,
-    interval, n and caveat: `runs show` dropped the speedup's interval and ⚠."""
-    md, _ = render_table(demo_spec(limit=12), load_runs(store), store.parent / "t", pair_overrides(small_pair_dir))
+    """The table (its Markdown, CSV and LaTeX), the run's own summary, `runs show`, `runs list` and `runs
+    compare` give each figure of a run with the same value, interval, n and caveat: `runs show` dropped the
+    speedup's interval and ⚠."""
+    import pandas as pd
+
+    md, path = render_table(demo_spec(limit=12), load_runs(store), store.parent / "t", pair_overrides(small_pair_dir))
     df, notes = build_table(demo_spec(limit=12), load_runs(store), pair_overrides(small_pair_dir))
     cactus = next(r for r in load_runs(store) if r.identity.method == "cactus")
     shown = runs_tool.show(runs_tool.load(cactus.folder), None, store)
@@ -92,6 +95,18 @@ def test_every_reader_shows_the_same_figures_of_one_store(store, small_pair_dir)
     assert all(c in shown for c in caveats)
     listed = runs_tool.listing(store, None, None, "cactus")
     assert f"| {cell(df, 'Cactus δ=0.05', 'score')['ours']:.2f} | {cactus.summary['accepted_length']:.2f} |" in listed
+    written = pd.read_csv(path.with_suffix(".csv"))
+    latex = path.with_suffix(".tex").read_text()
+    for metric in ("score", "score_delta", "accepted_length", "rej", "paired_speedup", "predicted_speedup"):
+        ours = cell(df, "Cactus δ=0.05", metric)["ours"]
+        assert cell(written, "Cactus δ=0.05", metric)["ours"] == pytest.approx(ours), metric
+        assert cactus.summary[metric] == pytest.approx(ours), metric  # what the run printed when it ended
+        assert tables.fmt(ours, metric).replace("%", r"\%") in latex, metric  # LaTeX escapes %
+    ar = next(r for r in load_runs(store) if r.identity.method == "ar")
+    delta = cell(df, "Cactus δ=0.05", "score_delta")
+    low, high = delta["ci"]
+    compared = runs_tool.compare(ar, cactus)
+    assert f"Δ score, paired by item: {delta['ours']:+.2f} [{low:+.2f}, {high:+.2f}] (n = 12)" in compared
 
 
 def test_a_spec_refuses_a_dataset_of_another_kind_in_one_paragraph():
