@@ -82,6 +82,8 @@ def engine(models: ModelSpec, spec: DecodeSpec, drafter: str | None):
     }
     if kv is not None:
         options["kv_cache_memory_bytes"] = int(kv * 2**30)
+    elif on_gpu and spec.batch_size == "auto":  # throughput on a GPU: vLLM's own share of its memory
+        log.info("vLLM KV cache: vLLM's default share of the GPU (batch_size=auto)")
     else:  # what the run needs, not vLLM's share of the whole device (memory.py)
         cache = kv_cache(models, drafter, dtype, spec.batch_size, options["max_model_len"], on_gpu)
         options["kv_cache_memory_bytes"] = cache.bytes
