@@ -23,6 +23,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 PORTABLE = {
     "ATEN_CPU_CAPABILITY": "avx2",
@@ -43,9 +44,10 @@ DIFFERING_CPU_FLAGS = ("avx512_fp16",)
 def differing_cpu() -> str | None:
     """The flag of this CPU that marks it as one the recipe is known not to reproduce on, else None."""
     try:
-        flags = next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), [])
-    except OSError:
+        info = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:  # not Linux: no known differing CPU
         return None
+    flags = next((line.split(":", 1)[1].split() for line in info if line.startswith("flags")), [])
     return next((f for f in DIFFERING_CPU_FLAGS if f in flags), None)
 
 
