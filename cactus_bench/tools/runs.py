@@ -20,7 +20,7 @@ import yaml
 from cactus_bench.app.errors import fail
 from cactus_bench.app.runs import Run, stored_references
 from cactus_bench.app.schema import default_paths
-from cactus_bench.app.store import StoreError, read_samples, samples_files
+from cactus_bench.app.store import StoreError, read_samples
 from cactus_bench.core import metrics
 from cactus_bench.core.cli import Command, Key
 from cactus_bench.core.methods import display_name
@@ -69,10 +69,6 @@ def status(folder: Path) -> str:
     if (folder / "summary.json").exists() and states <= {"complete"}:
         return "complete"
     return "/".join(sorted(states)) or "unknown"
-
-
-def count_items(folder: Path) -> int:
-    return sum(1 for f in samples_files(folder) for line in f.read_bytes().split(b"\n") if line.strip())
 
 
 def find_folder(results: Path, name: str) -> Path:
@@ -142,13 +138,12 @@ def figures(run: Run, results: Path) -> tuple[list[str], list[str]]:
     rows, notes = [], []
     for group, values in run.kind.cells(run.restricted(shared), refs.get("sps"), refs.get("baseline")).items():
         for col, value in values.items():
-            found = metrics.column_metric(col)
+            found, caveat = metrics.column_metric(col), values.get(f"{col}_caveat")
+            if caveat is not None:  # a withheld figure (value None) keeps its reason, as the table does
+                notes.append(caveat[1])
             if found is None or value is None or (found[0].positional and found[1] is None):  # positions: 1 row each
                 continue
-            caveat, mark = values.get(f"{col}_caveat"), None
-            if caveat is not None:
-                notes.append(caveat[1])
-                mark = tables.CAVEAT_MARK
+            mark = tables.CAVEAT_MARK if caveat is not None else None
             text = tables.cell_text(value, col, None, values.get(f"{col}_ci"), values.get(f"{col}_n"), mark)
             rows.append(f"| {'' if group is None else f'{group}: '}{tables.label(col)} | {text} |")
     if len(shared) != len(run.samples):

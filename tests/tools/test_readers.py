@@ -5,6 +5,7 @@ settings are one paragraph."""
 
 import re
 
+import pandas as pd
 import pytest
 
 from cactus_bench.app.runs import load_runs
@@ -77,8 +78,6 @@ def test_every_reader_shows_the_same_figures_of_one_store(store, small_pair_dir)
     """The table (its Markdown, CSV and LaTeX), the run's own summary, `runs show`, `runs list` and `runs
     compare` give each figure of a run with the same value, interval, n and caveat: `runs show` dropped the
     speedup's interval and ⚠."""
-    import pandas as pd
-
     md, path = render_table(demo_spec(limit=12), load_runs(store), store.parent / "t", pair_overrides(small_pair_dir))
     df, notes = build_table(demo_spec(limit=12), load_runs(store), pair_overrides(small_pair_dir))
     cactus = next(r for r in load_runs(store) if r.identity.method == "cactus")
@@ -198,3 +197,19 @@ def test_an_sps_runs_own_summary_gives_its_rej_as_0(small_pair_dir, tmp_path):
     assert summary["rej"] == 0
     ar = run_cell("ar", results=tmp_path / "runs", pair_dir=small_pair_dir, limit=4)
     assert "rej" not in ar  # the verifier alone drafts nothing: no Rej at all
+
+
+def test_runs_show_gives_the_reason_a_figure_is_withheld(small_pair_dir, tmp_path):
+    """A batched run's speedup is withheld (rows decoded together have no per-item time): the table names the
+    reason; `runs show` left both the figure and its reason out."""
+    results = tmp_path / "runs"
+    for method in ("ar", "sps"):
+        run_cell(method, "batch_size=4", results=results, pair_dir=small_pair_dir, limit=4)
+    spec = {**demo_spec(limit=4), "columns": ["score", "speedup"]}
+    df, notes = build_table(spec, load_runs(results), pair_overrides(small_pair_dir))
+    assert pd.isna(cell(df, "SpS", "speedup")["ours"])
+    reasons = [n.split(": ", 1)[1] for n in notes if n.startswith("SpS: ") and "speedup" in n]
+    assert reasons
+    sps = next(r for r in load_runs(results) if r.identity.method == "sps")
+    shown = runs_tool.show(runs_tool.load(sps.folder), None, results)
+    assert all(reason in shown for reason in reasons), (reasons, shown)
