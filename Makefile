@@ -27,7 +27,7 @@ SWEEP_ARGS = $(if $(PAIR),pair=$(PAIR)) $(if $(LIMIT),limit=$(LIMIT)) $(if $(DAT
 
 .DEFAULT_GOAL := help
 .PHONY: help install install-compat install-vllm test test-slow test-real test-cluster test-vllm reproduce-smollm2 test-compat test-all lint format demo reproduce-table1 reproduce-table2 reproduce-delta-grid reproduce-figure4 reproduce-lossy plan figures embedded bench-rules \
-	bench-speed bench-fast bench-launch bench-batch bench-scoring bench-engines device-check-cpu
+	bench-speed bench-fast bench-launch bench-batch bench-serving bench-scoring bench-engines device-check-cpu
 
 help:  ## List the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-20s\033[0m %s\n", $$1, $$2}'
@@ -161,6 +161,9 @@ bench-launch:  ## Dispatched ops and host reads per decode round, per engine (ti
 
 bench-batch:  ## Items/s at batch size 16 vs 1 on the embedded pair, each engine; results/bench/batch.*
 	$(OFFLINE_ENV) $(PY) scripts/bench_batch.py out=results/bench/batch
+
+bench-serving:  ## Serving sweep: B x m x method on the embedded pair (tokens/s, TTFT/TPOT P50-P99, speedup at each B); results/bench/serving.*
+	$(OFFLINE_ENV) $(PY) scripts/bench_serving.py out=results/bench/serving
 
 bench-engines:  ## Every engine (vLLM, ours eager and fast, transformers) on the SmolLM2 pair at B=1 and 16; results/bench/engines.* (needs make test-vllm's venv)
 	$(OFFLINE_ENV) OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python scripts/bench_engines.py out=results/bench/engines

@@ -31,10 +31,13 @@ class TaskBenchmark:
     def order(self, item: Prompt) -> int:
         return len(item.context)
 
+    def requests(self, items: list[Prompt]) -> list[Request]:
+        """The items as the decoder sees them: prompt text, the key of the item's random stream, its stops."""
+        return [Request(item.context, (self.scorer.name, item.index), tuple(item.until)) for item in items]
+
     def decode(self, decoder: Decoder, items: list[Prompt]) -> Iterator[dict]:
         by_key = {(self.scorer.name, item.index): item for item in items}
-        requests = [Request(item.context, key, tuple(item.until)) for key, item in by_key.items()]
-        for gen in decoder.generate(requests):
+        for gen in decoder.generate(self.requests(items)):
             item = by_key[gen.request.key]
             yield {
                 "index": item.index,
