@@ -22,11 +22,16 @@ SMALL = {"items": 10, "max_gen_toks": 16, "batches": [1, 4], "ms": [2, 4], "repe
 
 
 def main():
-    args = Command(
+    command = Command(
         prog="python scripts/bench_serving.py",
         about=__doc__,
         keys=(
-            Key("small", "10 items, 16 tokens, B 1 and 4, m 2 and 4, eager (seconds; a test runs it)", False, bool),
+            Key(
+                "small",
+                "10 items, 16 tokens, B 1 and 4, m 2 and 4, eager, SpS and Cactus (seconds; a test runs it)",
+                False,
+                bool,
+            ),
             Key("spec", "the table spec whose pair, dataset and rows are swept", "sweeps/demo.yaml"),
             Key("pair", "the spec's pair (e.g. smollm2)"),
             Key("data", "the dataset (a generation task; default: the spec's first)"),
@@ -41,10 +46,13 @@ def main():
             Key("out", "result files' path without suffix (.md, .json; figures beside)", "results/bench/serving"),
         ),
         overrides="Hydra overrides for every cell (e.g. temperature=0.8)",
-    ).parse()
-    if args.small:
+    )
+    args = command.parse()
+    if args.small:  # small's settings, but where the command line gave one (small=true engines=eager,fast)
+        defaults = {k.name: k.default for k in command.keys}
         for k, v in SMALL.items():
-            setattr(args, k, v)
+            if getattr(args, k) == defaults[k]:
+                setattr(args, k, v)
         args.rows = args.rows or ["SpS", "Cactus δ=0.05"]
     torch.set_num_threads(args.threads)
     logging.getLogger("cactus_bench").setLevel(logging.WARNING)

@@ -18,7 +18,9 @@ files after every section (a crash or the device's time limit keeps what was mea
   8. eager vs fast agreement: one step's logits in the run's dtype (bf16 logits differ by rounding, so a
      tolerance), and tokens in fp32 on small shapes (where they must be equal);
   9. batched decoding: tokens/s at B = 1 and 4, fast engine;
-  10. the rule kernels at V = 151,936.
+  10. the rule kernels at V = 151,936;
+  11. a small serving sweep (`tools/perf/serving.py`): the verifier alone, SpS and Cactus at B = 1 and 4,
+     2·B requests at once: tokens/s, TTFT/TPOT P50/P90/P99, the speedup at each batch size.
 Each section is guarded: one that fails saves its traceback and the check goes on. A section that would
 run past the time budget is skipped with the reason saved; its estimate counts the graphs it must compile
 at the first compile's measured time.
@@ -295,6 +297,22 @@ class Check:
             out[rows] = {"tokens_per_s": sum(len(o.tokens) for o in outs) / (time.perf_counter() - start)}
         return out
 
+    def serving(self, compile) -> dict:
+        """A small serving sweep (`tools/perf/serving.py`): the verifier alone, SpS and Cactus at each batch
+        size, 2·B requests at once, two interleaved repeats: tokens/s, TTFT/TPOT percentiles, speedup at B."""
+        from cactus_bench.core.decode import Request
+        from cactus_bench.tools.perf import serving
+
+        engine = "fast" if compile else "eager"
+        decoders = {}
+        for rows in self.args.batches:
+            for label, rule in ((serving.VERIFIER, None), ("SpS", "sps"), ("Cactus", "cactus")):
+                cell = serving.Cell(label, self.args.m if rule else None, rows, engine)
+                decoders[cell] = serving.EngineDecoder(self.engine(rule, compile, rows), self.args.new_tokens)
+        requests = [Request(tuple(self.prompt), i) for i in range(2 * max(self.args.batches))]
+        timed = serving.run_sweep(decoders, requests, repeats=2, log=self.log)
+        return {"rows": serving.table_rows(timed), "table": serving.markdown(serving.table_rows(timed))}
+
     def rules(self) -> dict:
         V, m = 151_936, self.args.m
         g = torch.Generator(self.device).manual_seed(0)
@@ -352,6 +370,9 @@ class Check:
         )
         self.section("batched", lambda: self.batched("inductor" if fast else None), 30, graphs=batched_graphs)
         self.section("rules_ms", self.rules, 20)
+        # the verifier alone's graphs at each batch size above 1 (SpS's and Cactus's are the batched section's)
+        serving_graphs = sum(self.graphs(None, a.context) for rows in a.batches if rows > 1) if fast else 0
+        self.section("serving", lambda: self.serving("inductor" if fast else None), 60, graphs=serving_graphs)
         print(markdown(self.report))
 
 

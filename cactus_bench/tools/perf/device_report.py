@@ -87,6 +87,8 @@ def markdown(r: dict) -> str:
         lines.append("|---|" + "---|" * len(names))
         for e, by in r["cost_model"].items():
             lines.append(f"| {e} | " + " | ".join(f"{by[n]:.2f}×" for n in names) + " |")
+    if r.get("serving") and "error" not in r["serving"]:
+        lines += ["", "Serving sweep (2·B requests at once, 2 interleaved repeats):", "", r["serving"]["table"]]
     if r.get("skipped"):
         lines += ["", "Skipped: " + "; ".join(r["skipped"])]
     for name in r.get("failed", []):

@@ -94,6 +94,33 @@ def decode_workload(decoder: Decoder, requests: Sequence[Request], clock=time.pe
     return done
 
 
+class EngineDecoder:
+    """A bare engine as a `Decoder` (token-id prompts, each request's stream seeded from its key as a run
+    seeds it): the device check's, on a machine with nothing but the core installed."""
+
+    def __init__(self, engine, max_new_tokens: int, seed: int = 0):
+        self.engine, self.max_new_tokens, self.seed = engine, max_new_tokens, seed
+        self.device = str(engine.device)
+
+    def generate(self, requests: Sequence[Request]):
+        import torch
+
+        from cactus_bench.core.decode import Generation, Job
+        from cactus_bench.core.decode.api import stable_seed
+
+        jobs = [
+            Job(
+                list(r.prompt),
+                r.max_new_tokens or self.max_new_tokens,
+                torch.Generator().manual_seed(stable_seed(self.seed, r.key)),
+                handle=r,
+            )
+            for r in requests
+        ]
+        for job, out in self.engine.run(jobs):
+            yield Generation(job.handle, out, "", "")
+
+
 def percentile(values: Sequence[float], q: float) -> float | None:
     """The q-th percentile, linearly interpolated between order statistics (numpy's default)."""
     if not values:
@@ -153,6 +180,12 @@ def build_cells(
     from cactus_bench.app.run import get_decoder
     from cactus_bench.tools.report.specs import SpecError, load_spec, run_overrides
 
+    if "vllm" in engines:
+        raise SpecError(
+            "engines=vllm: the serving sweep times this project's engines (eager, fast) for now. vLLM's decoder "
+            "hands back a batch at once (no per-request first-token time) and decodes in its own venv; "
+            "`make bench-engines` times vLLM's tokens/s at B = 1 and 16 beside ours. Use engines=eager,fast."
+        )
     spec = load_spec(spec_path, {"pair": pair, "data": data and [data]})
     spec["timing_sample"] = None  # timed here, not by a run's timing sample
     unknown = set(labels or ()) - {r["label"] for r in spec["rows"]}
