@@ -162,3 +162,20 @@ def test_bad_input_is_refused_before_any_model_loads():
         serving.build_cells("sweeps/demo.yaml", None, None, **{**serving_small(), "engines": ["vllm"]})
     with pytest.raises(SpecError, match=r"rows=Nope: not a row of sweeps/demo.yaml \(its rows: Verifier, SpS"):
         serving.build_cells("sweeps/demo.yaml", None, None, **{**serving_small(), "labels": ["Nope"]})
+
+
+def test_a_speedup_timed_on_a_busy_machine_is_marked():
+    tokens = {0: [1, 2]}
+    quiet = {
+        Cell(VERIFIER, None, 1, "eager"): [_decoded(1.0, tokens)] * 3,
+        Cell("SpS", 4, 1, "eager"): [_decoded(0.8, tokens)] * 3,
+    }
+    assert "(busy)" not in serving.markdown(serving.table_rows(quiet))
+    busy = dict(quiet)
+    busy[Cell(VERIFIER, None, 1, "eager")] = [
+        _decoded(1.0, tokens),
+        Decoded(1.0, tokens, load=1.5),
+        _decoded(1.0, tokens),
+    ]
+    table = serving.markdown(serving.table_rows(busy))
+    assert "1.25× [1.25, 1.25] (busy)" in table and "timed on a busy machine" in table

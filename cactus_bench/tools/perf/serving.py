@@ -19,6 +19,7 @@ over repeats, not the items': every repeat decodes the same requests, from the s
 from __future__ import annotations
 
 import math
+import os
 import random
 import statistics
 import time
@@ -29,6 +30,7 @@ from cactus_bench.core import metrics
 from cactus_bench.core.decode import Decoder, Request
 from cactus_bench.core.intervals import Estimate, t95
 from cactus_bench.core.metrics.positions import acceptance_at
+from cactus_bench.core.metrics.timing_conditions import BUSY
 
 PERCENTILES = (50, 90, 99)
 VERIFIER = "Verifier"  # the verifier alone's label
@@ -63,6 +65,14 @@ class Decoded:
     tpot: list[float] = field(default_factory=list)
     e2e: list[float] = field(default_factory=list)
     samples: list[dict] = field(default_factory=list)  # {"stats": ...}: what metrics pool
+    load: float = 0.0  # runnable processes per core when it finished (1-minute load average / cores)
+
+
+def load_per_core() -> float:
+    try:
+        return os.getloadavg()[0] / (os.cpu_count() or 1)
+    except OSError:  # not reported on this system
+        return 0.0
 
 
 def first_token_offset(out) -> float | None:
@@ -91,6 +101,7 @@ def decode_workload(decoder: Decoder, requests: Sequence[Request], clock=time.pe
             if len(out.tokens) > 1:
                 done.tpot.append((finish - ttft) / (len(out.tokens) - 1))
     done.seconds = clock() - start
+    done.load = load_per_core()
     return done
 
 
@@ -252,6 +263,7 @@ def cell_row(cell: Cell, runs: list[Decoded], base: list[Decoded], same_tokens: 
         "acceptance_at": acceptance_at(c),
         "same_tokens_as_b1": same_tokens,
         "seconds": [d.seconds for d in runs],
+        "load": max(d.load for d in runs + base),  # the busiest moment of this cell's or its baseline's repeats
     }
     for name in ("ttft", "tpot", "e2e"):
         values = [v for d in runs for v in getattr(d, name)]
@@ -300,7 +312,9 @@ def _speedup(s: list | None) -> str:
 
 
 def markdown(rows: list[dict]) -> str:
-    """The table: one line per cell, the best m per (engine, method, batch) marked with *."""
+    """The table: one line per cell, the best m per (engine, method, batch) marked with *, a speedup timed on a
+    busy machine (load above `BUSY` per core in any of its repeats or its baseline's) marked (busy), and the
+    note saying so below."""
     best = best_m(rows)
     lines = [
         "| engine | method | m | B | tokens/s | tokens/s per request | TTFT ms P50 / P90 / P99 "
@@ -313,10 +327,13 @@ def markdown(rows: list[dict]) -> str:
         lat = {k: " / ".join(_ms((r[k] or {}).get(f"p{q}")) for q in PERCENTILES) for k in ("ttft", "tpot")}
         acc = ", ".join(f"{a:.2f}" for a in r["acceptance_at"] if a is not None) if r["acceptance_at"] else "–"
         pred, al = r.get("predicted_speedup"), r["al"]
+        busy = " (busy)" if r["load"] > BUSY and r.get("speedup") else ""
         lines.append(
             f"| {r['engine']} | {r['method']} | {r['m'] or '–'}{mark} | {r['batch']} | {r['tokens_per_s']:.1f} "
             f"| {r['tokens_per_s_per_request'] or 0:.1f} | {lat['ttft']} | {lat['tpot']} "
-            f"| {'–' if al is None else f'{al:.2f}'} | {acc} | {_speedup(r.get('speedup'))} "
+            f"| {'–' if al is None else f'{al:.2f}'} | {acc} | {_speedup(r.get('speedup'))}{busy} "
             f"| {'–' if pred is None else f'{pred:.2f}×'} | {r['same_tokens_as_b1']} |"
         )
+    if any(r["load"] > BUSY and r.get("speedup") for r in rows):
+        lines += ["", f"(busy): timed on a busy machine (load above {BUSY:g} per core): it measures the load too."]
     return "\n".join(lines)
