@@ -38,7 +38,7 @@ def main():
             Key("rows", "the spec's rows (labels) to sweep besides the verifier alone (default: all)", kind=list),
             Key("batches", "batch sizes", [1, 2, 4, 8, 16], list, item=int),
             Key("ms", "draft lengths", [2, 4, 8], list, item=int),
-            Key("engines", "engines (conf/engine: eager, fast, vllm)", ["eager"], list),
+            Key("engines", "engines (conf/engine: eager, fast; vllm in .venv-vllm)", ["eager", "fast"], list),
             Key("items", "requests in each cell's workload", 32, int),
             Key("max_gen_toks", "token budget per request", 48, int),
             Key("repeats", "interleaved repeats", 3, int),

@@ -203,3 +203,114 @@ def test_the_kv_cache_is_sized_from_the_runs_rows_and_longest_sequence():
     assert auto.rows == min(memory.AUTO_ROWS, int(2**34 * memory.AUTO_SHARE // one.bytes)) and auto.bytes <= 2**33
     with pytest.raises(ModelLoadError, match=r"needs .* GiB for 64 row\(s\) × 4149 tokens.*Lower batch_size"):
         memory.plan([smol, drafter], 4, 64, 4149, free=2**30)
+
+
+class _StreamingEngine:
+    """vLLM's LLMEngine as the decoder drives it: `add_request`, and `step` giving each request in flight one
+    new token a step (DELTA outputs) until its `max_tokens`; it notes how many requests were in flight at each
+    step and which were aborted."""
+
+    def __init__(self, clock):
+        self.clock, self.live, self.in_flight, self.aborted = clock, {}, [], []
+
+    def add_request(self, tag, prompt, params):
+        self.live[tag] = [params.max_tokens, 0, prompt["prompt_token_ids"][0]]
+
+    def step(self):
+        from types import SimpleNamespace as NS
+
+        self.in_flight.append(len(self.live))
+        self.clock.now += 1.0
+        outs = []
+        for tag, state in list(self.live.items()):
+            state[1] += 1
+            done = state[1] == state[0]
+            completion = NS(token_ids=[100 * state[2] + state[1]], finish_reason="length" if done else None)
+            outs.append(NS(request_id=tag, outputs=[completion], finished=done))
+            if done:
+                del self.live[tag]
+        return outs
+
+    def abort_request(self, tags):
+        self.aborted += tags
+        for t in tags:
+            self.live.pop(t)
+
+
+def _streaming_decoder(monkeypatch, batch_size, clock):
+    from types import SimpleNamespace as NS
+
+    from cactus_bench.backends.vllm import decoder as vdecoder
+
+    monkeypatch.setattr(vdecoder.time, "perf_counter", clock)
+    monkeypatch.setattr(vdecoder, "reply_text", lambda tokenizer, out: "")
+    d = vdecoder.VLLMDecoder.__new__(vdecoder.VLLMDecoder)
+    d.spec = NS(batch_size=batch_size, method=NS(uses_drafter=False))
+    d.llm = NS(llm_engine=_StreamingEngine(clock))
+    d.eos, d.tokenizer = {2}, None
+    d._params = lambda req, tag: NS(max_tokens=req.max_new_tokens)
+    return d
+
+
+def test_vllm_keeps_batch_size_requests_in_flight_and_times_each_from_its_admission(monkeypatch):
+    """A finished request's slot takes the next one at once (as the transformers engine's rows do), each reply
+    is yielded as it finishes with its wall time from its admission, and its first token's time is the step
+    that streamed it: request c, admitted when a (2 tokens) finished at t = 2, streams at 3 and ends at 5."""
+    from cactus_bench.core.decode import Request
+
+    class Clock:
+        now = 0.0
+
+        def __call__(self):
+            return self.now
+
+    clock = Clock()
+    d = _streaming_decoder(monkeypatch, 2, clock)
+    requests = [
+        Request((1,), "a", max_new_tokens=2),
+        Request((2,), "b", max_new_tokens=4),
+        Request((3,), "c", max_new_tokens=3),
+    ]
+    got = [
+        (g.request.key, g.output.tokens, g.output.wall_time, g.output.first_token_time) for g in d.generate(requests)
+    ]
+    assert got == [("a", [101, 102], 2.0, 1.0), ("b", [201, 202, 203, 204], 4.0, 1.0), ("c", [301, 302, 303], 3.0, 1.0)]
+    assert d.llm.llm_engine.in_flight == [2, 2, 2, 2, 1]  # c took a's slot at once; never more than 2
+
+    stopped = _streaming_decoder(monkeypatch, 2, clock)
+    stream = stopped.generate(requests)
+    next(stream)
+    stream.close()  # a consumer that stops early leaves nothing in the engine for the next generate
+    assert sorted(stopped.llm.llm_engine.aborted) and not stopped.llm.llm_engine.live
+
+
+def test_engines_are_reused_for_fewer_rows_and_kept_per_setting(monkeypatch):
+    """A serving sweep's cells share an engine per draft length (one started for the most rows serves fewer, as
+    the decoder keeps at most its batch size in flight); past KEPT_ENGINES the least recently used goes."""
+    from types import SimpleNamespace as NS
+
+    from cactus_bench.backends.vllm import decoder as vdecoder
+
+    started = []
+
+    class LLM:
+        def __init__(self, **options):
+            started.append((options["speculative_config"]["num_speculative_tokens"], options["max_num_seqs"]))
+
+        def collective_rpc(self, fn):
+            return ["hooked"]
+
+    monkeypatch.setitem(__import__("sys").modules, "vllm", NS(LLM=LLM))
+    monkeypatch.setattr(vdecoder, "_ENGINES", {})
+    monkeypatch.setattr(vdecoder, "kv_cache", lambda *a: NS(bytes=2**20, describe=lambda: "1 MiB"))
+    models = NS(verifier="v", revision=None, verifier_dtype=None, dtype="float32", device="cpu", tensor_parallel_size=1)
+
+    def spec(m, rows):
+        return NS(settings={}, engine="eager", method=NS(m=m), seed=0, batch_size=rows, max_new_tokens=8)
+
+    for m, rows in [(2, 16), (2, 4), (2, 1), (4, 16), (2, 8), (4, 1), (2, 32)]:
+        vdecoder.engine(models, spec(m, rows), "d")
+    assert started == [(2, 16), (4, 16), (2, 32)]
+    for m in (6, 8, 10, 12):
+        vdecoder.engine(models, spec(m, 1), "d")
+    assert len(vdecoder._ENGINES) == vdecoder.KEPT_ENGINES and [k[4] for k in vdecoder._ENGINES] == [6, 8, 10, 12]

@@ -4,6 +4,7 @@ the same tokens at every batch size, and the B = 1 cells' speedup agreeing with 
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import random
 
@@ -81,9 +82,12 @@ def test_latencies_count_queueing_prefill_and_the_first_round():
     assert done.tpot == pytest.approx([(8.0 - 3.75) / 4])  # a one-token reply has no TPOT
 
 
-def test_a_backend_without_round_times_gives_no_first_token_time():
-    assert serving.first_token_offset(_output(3, 0.0, 0.0, 1.0)) is None  # vLLM: one time for the batch
+def test_the_first_token_time_is_the_backends_own_else_its_prefill_and_first_round():
+    assert serving.first_token_offset(_output(3, 0.0, 0.0, 1.0)) is None  # neither measured nor split by round
     assert serving.first_token_offset(_output(3, 0.5, 0.25, 1.0)) == 0.75
+    streamed = _output(3, 0.0, 0.0, 1.0)
+    streamed.first_token_time = 0.4  # vLLM: the step that streamed it
+    assert serving.first_token_offset(streamed) == 0.4
 
 
 def _decoded(seconds: float, tokens: dict) -> Decoded:
@@ -158,8 +162,13 @@ def serving_small() -> dict:
 def test_bad_input_is_refused_before_any_model_loads():
     from cactus_bench.tools.report.specs import SpecError
 
-    with pytest.raises(SpecError, match="engines=vllm"):
-        serving.build_cells("sweeps/demo.yaml", None, None, **{**serving_small(), "engines": ["vllm"]})
+    if importlib.util.find_spec("vllm") is None:  # vLLM's cells are refused where vLLM is not installed
+        from cactus_bench.app.config import ConfigError
+        from cactus_bench.backends.vllm import INSTALL
+
+        with pytest.raises(ConfigError) as e:
+            serving.build_cells("sweeps/demo.yaml", None, None, **{**serving_small(), "engines": ["vllm"]})
+        assert str(e.value) == INSTALL
     with pytest.raises(SpecError, match=r"rows=Nope: not a row of sweeps/demo.yaml \(its rows: Verifier, SpS"):
         serving.build_cells("sweeps/demo.yaml", None, None, **{**serving_small(), "labels": ["Nope"]})
 
@@ -179,3 +188,15 @@ def test_a_speedup_timed_on_a_busy_machine_is_marked():
     ]
     table = serving.markdown(serving.table_rows(busy))
     assert "1.25× [1.25, 1.25] (busy)" in table and "timed on a busy machine" in table
+
+
+def test_no_speedup_is_predicted_where_a_round_is_not_split_into_its_parts():
+    """vLLM records a request's one wall time, not draft, verify and rule: a prediction from it would only
+    restate the measured ratio."""
+    split = {"new_tokens": 6, "verifier_calls": 2, "drafted": 8, "t_draft": 0.2, "t_verify": 0.4, "t_rule": 0.0}
+    base = {"new_tokens": 6, "verifier_calls": 6, "drafted": 0, "t_verify": 1.2, "t_rule": 0.0, "t_other": 0.0}
+    assert serving.predicted_speedup([{"stats": {**split, "t_other": 0.0}}], [{"stats": base}]) == pytest.approx(
+        3 * 0.2 / 0.3
+    )
+    whole = {**split, "t_draft": 0.0, "t_verify": 0.0, "t_other": 0.6}
+    assert serving.predicted_speedup([{"stats": whole}], [{"stats": {**base, "t_verify": 0.0, "t_other": 1.2}}]) is None

@@ -13,6 +13,8 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -30,9 +32,11 @@ from cactus_bench.core.decode.stats import (
 from cactus_bench.core.precision import dtype_name
 
 log = logging.getLogger("cactus_bench")
-# the engines in memory, one per kind (speculative, verifier alone: a paired run times both):
-# kind -> (key, LLM, its maximum number of sequences)
-_ENGINES: dict[bool, tuple[tuple, object, int]] = {}
+# the engines in memory, reused by every run of the same models and settings: a paired run times a speculative
+# and a verifier-alone one, a serving sweep one per draft length. key -> (key, LLM, its maximum number of
+# sequences); past KEPT_ENGINES the least recently used is let go.
+_ENGINES: dict[tuple, tuple[tuple, object, int]] = {}
+KEPT_ENGINES = 4
 
 
 def _environment(tensor_parallel: int) -> None:
@@ -61,9 +65,9 @@ def engine(models: ModelSpec, spec: DecodeSpec, drafter: str | None):
     kv = s.get("kv_cache_gib")
     rows = 256 if spec.batch_size == "auto" else int(spec.batch_size)  # auto: vLLM's scheduler fills memory
     key = (models.verifier, drafter, dtype, name, m, models.tensor_parallel_size, kv, s.get("max_model_len"))
-    kind = drafter is not None
-    if kind in _ENGINES and _ENGINES[kind][0] == key and _ENGINES[kind][2] >= rows:
-        return _ENGINES[kind][1]  # a timing sample at batch size 1 reuses the batched run's engine
+    if key in _ENGINES and _ENGINES[key][2] >= rows:  # the decoder keeps at most its batch size in flight
+        _ENGINES[key] = _ENGINES.pop(key)  # the most recently used
+        return _ENGINES[key][1]  # a timing sample at batch size 1 reuses the batched run's engine
     _environment(models.tensor_parallel_size)
     from vllm import LLM
 
@@ -95,7 +99,9 @@ def engine(models: ModelSpec, spec: DecodeSpec, drafter: str | None):
             "num_speculative_tokens": m,
             "draft_sample_method": "probabilistic",  # vLLM's default, greedy, would treat p as one-hot
         }
-    _ENGINES.pop(kind, None)  # free the engine this one replaces before starting it
+    _ENGINES.pop(key, None)  # free the engine this one replaces (fewer rows), and the least recently used
+    for old in list(_ENGINES)[: max(len(_ENGINES) - KEPT_ENGINES + 1, 0)]:
+        del _ENGINES[old]
     start = time.perf_counter()
     try:
         llm = LLM(**options)
@@ -115,7 +121,7 @@ def engine(models: ModelSpec, spec: DecodeSpec, drafter: str | None):
         time.perf_counter() - start,
         "speculative" if drafter else "verifier alone",
     )
-    _ENGINES[kind] = (key, llm, rows)
+    _ENGINES[key] = (key, llm, rows)
     return llm
 
 
@@ -157,6 +163,7 @@ class VLLMDecoder:
 
     def _params(self, req: Request, tag: str):
         from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
 
         s, method = self.spec, self.spec.method
         extra = None
@@ -171,46 +178,88 @@ class VLLMDecoder:
             stop=[x for x in req.stop if x] or None,
             skip_special_tokens=False,
             extra_args=extra,
+            output_kind=RequestOutputKind.DELTA,  # each step's new tokens, as a server streams them
         )
 
     def generate(self, requests: Sequence[Request]) -> Iterator[Generation]:
-        from vllm.inputs import TokensPrompt
+        """Each request through vLLM's scheduler, at most `batch_size` in flight (auto: all at once): a
+        finished request's slot takes the next, as the transformers engine's rows do, and each is yielded as it
+        finishes. Its wall time runs from its admission, and its first token's time is read from vLLM's
+        streamed step outputs (a batched request's times overlap others', as a batched row's do)."""
+        engine = self.llm.llm_engine
+        width = len(requests) if self.spec.batch_size == "auto" else int(self.spec.batch_size)
+        waiting = list(reversed(requests))
+        live: dict[str, _Live] = {}
+        try:
+            yield from self._serve(engine, waiting, live, width)
+        finally:  # a consumer that stopped early (or an error) leaves no request behind in the engine
+            if live:
+                engine.abort_request(list(live))
 
-        step = len(requests) if self.spec.batch_size == "auto" else int(self.spec.batch_size)  # at once
-        for i in range(0, len(requests), step):
-            chunk = requests[i : i + step]
-            tags = [f"{uuid.uuid4().hex}-{j}" for j in range(len(chunk))]
-            prompts = [TokensPrompt(prompt_token_ids=self._ids(r)) for r in chunk]
-            params = [self._params(r, t) for r, t in zip(chunk, tags)]
-            start = time.perf_counter()
-            outs = self.llm.generate(prompts, params, use_tqdm=False)
-            wall = time.perf_counter() - start  # batched: the batch's time, as a batched row's in the hf engine
-            rounds = (
-                self.llm.collective_rpc(plugin.take_rounds, args=(tags,))[0] if self.spec.method.uses_drafter else {}
-            )
-            for req, tag, out, param in zip(chunk, tags, outs, params):
+    def _serve(self, engine, waiting: list[Request], live: dict[str, _Live], width: int) -> Iterator[Generation]:
+        while waiting or live:
+            while waiting and len(live) < width:
+                req = waiting.pop()
+                tag = uuid.uuid4().hex
+                params, prompt = self._params(req, tag), {"prompt_token_ids": self._ids(req)}  # a TokensPrompt
+                admitted = time.perf_counter()
+                engine.add_request(tag, prompt, params)
+                live[tag] = _Live(req, params, admitted)
+            finished = []
+            for out in engine.step():
+                now = time.perf_counter()
+                state = live[out.request_id]
                 completion = out.outputs[0]
-                tokens = list(completion.token_ids)
-                reason = _stop_reason(completion, tokens, self.eos)
-                recorded = rounds.get(tag, [])
-                if self.spec.method.uses_drafter and len(tokens) > 1 and not recorded:
-                    what = f"no acceptance step was recorded for a reply of {len(tokens)} tokens"
-                    raise RuntimeError(plugin.unexpected("the front end", what))
-                output = GenerationOutput(
-                    tokens,
-                    build_rounds(recorded, len(tokens), param.max_tokens, self.eos, wall),
-                    0.0,
-                    wall,
-                    reason,
-                    has_kl=self.spec.method.uses_drafter and any(r[3] is not None for r in recorded),
-                )
-                raw = reply_text(self.tokenizer, output)
-                yield Generation(req, output, cut_at_stop(raw, req.stop), raw)
+                if completion.token_ids and state.first_token is None:
+                    state.first_token = now - state.admitted
+                state.tokens += completion.token_ids
+                if out.finished:
+                    state.finish, state.completion = now, completion
+                    finished.append(out.request_id)
+            if not finished:
+                continue
+            rounds = {}
+            if self.spec.method.uses_drafter:
+                rounds = self.llm.collective_rpc(plugin.take_rounds, args=(finished,))[0]
+            for tag in finished:
+                yield self._generation(live.pop(tag), rounds.get(tag, []))
+
+    def _generation(self, state: _Live, recorded: list[list]) -> Generation:
+        tokens = state.tokens
+        reason = _stop_reason(state.completion, tokens, self.eos)
+        if self.spec.method.uses_drafter and len(tokens) > 1 and not recorded:
+            what = f"no acceptance step was recorded for a reply of {len(tokens)} tokens"
+            raise RuntimeError(plugin.unexpected("the front end", what))
+        wall = state.finish - state.admitted
+        output = GenerationOutput(
+            tokens,
+            build_rounds(recorded, len(tokens), state.params.max_tokens, self.eos, wall),
+            0.0,
+            wall,
+            reason,
+            has_kl=self.spec.method.uses_drafter and any(r[3] is not None for r in recorded),
+            first_token_time=state.first_token,
+        )
+        raw = reply_text(self.tokenizer, output)
+        return Generation(state.request, output, cut_at_stop(raw, state.request.stop), raw)
 
     def _ids(self, req: Request) -> list[int]:
         if isinstance(req.prompt, str):
             return self.tokenizer(req.prompt, add_special_tokens=self.spec.add_bos_token)["input_ids"]
         return list(req.prompt)
+
+
+@dataclass
+class _Live:
+    """A request in flight: its settings, when it was admitted, and what it has streamed so far."""
+
+    request: Request
+    params: Any  # vLLM's SamplingParams
+    admitted: float
+    first_token: float | None = None  # seconds from admission to the first token
+    tokens: list[int] = field(default_factory=list)
+    finish: float = 0.0
+    completion: Any = None  # its last step's CompletionOutput (finish and stop reasons)
 
 
 def _stop_reason(completion, tokens: list[int], eos: set[int]) -> str:

@@ -144,6 +144,9 @@ class GenerationOutput:
     stop_reason: str  # "eos" | "length" | "stop"
     has_kl: bool = False
     graphs_compiled: int = 0  # graphs compiled while this generation decoded (its times include compiling)
+    # seconds from admission to the first token, where a backend measures it directly (vLLM's streamed steps);
+    # None: the prefill and the first round's times give it (`Rounds`)
+    first_token_time: float | None = None
 
     @property
     def verifier_calls(self) -> int:

@@ -76,8 +76,10 @@ def load_per_core() -> float:
 
 
 def first_token_offset(out) -> float | None:
-    """Seconds from a generation's admission to its first token: its prefill and its first round (None where
-    the backend does not split a generation's time by round: vLLM's offline generate)."""
+    """Seconds from a generation's admission to its first token: as the backend measured it (vLLM's streamed
+    steps), else its prefill and its first round (None where neither is known)."""
+    if out.first_token_time is not None:
+        return out.first_token_time
     r = out.rounds
     if not r.drafted or (out.prefill_time == 0 and r.t_verify[0] == 0):
         return None
@@ -160,8 +162,11 @@ def repeat_ratio(base: Sequence[float], method: Sequence[float]) -> Estimate | N
 def predicted_speedup(method: list[dict], base: list[dict]) -> float | None:
     """The cost model of `metrics.cost_model` per batch round: τ · (t₁ + o₁) / (draft + verify + rest of a
     round), from the cells' own round times (every row of a batch round records that round's times, so the
-    mean over row-rounds is the mean round); prefill, refill and the batch's draining tail are left out."""
+    mean over row-rounds is the mean round); prefill, refill and the batch's draining tail are left out. None
+    where the backend does not split a round into its parts (vLLM: a request's one wall time)."""
     m, b = metrics.pool(method), metrics.pool(base)
+    if not m.get("t_verify") or not b.get("t_verify"):
+        return None
     calls, steps = m.get("verifier_calls"), b.get("verifier_calls")
     if not calls or not steps or not m.get("drafted"):
         return None
@@ -181,7 +186,7 @@ def build_cells(
     engines: list[str],
     items: int,
     max_gen_toks: int,
-    overrides: list[str] = (),
+    overrides: Sequence[str] = (),
 ) -> tuple[dict[Cell, Decoder], list[Request], str]:
     """(each cell's decoder, the requests, the sweep's title) for a spec's pair, dataset and rows (`labels`:
     some of them; the verifier alone always): every cell composed and validated before any model loads."""
@@ -191,12 +196,6 @@ def build_cells(
     from cactus_bench.app.run import get_decoder
     from cactus_bench.tools.report.specs import SpecError, load_spec, run_overrides
 
-    if "vllm" in engines:
-        raise SpecError(
-            "engines=vllm: the serving sweep times this project's engines (eager, fast) for now. vLLM's decoder "
-            "hands back a batch at once (no per-request first-token time) and decodes in its own venv; "
-            "`make bench-engines` times vLLM's tokens/s at B = 1 and 16 beside ours. Use engines=eager,fast."
-        )
     spec = load_spec(spec_path, {"pair": pair, "data": data and [data]})
     spec["timing_sample"] = None  # timed here, not by a run's timing sample
     unknown = set(labels or ()) - {r["label"] for r in spec["rows"]}
@@ -208,7 +207,7 @@ def build_cells(
     runs = {}
     for row in [{"label": VERIFIER, "method": "ar"}, *rows]:
         for m in [None] if row["method"] == "ar" else ms:
-            for batch in batches:
+            for batch in sorted(batches, reverse=True):  # an engine started for the most rows serves the rest
                 for engine in engines:
                     cell = {**spec, "m": m or spec["m"], "batch_size": batch, "engine": engine, "limit": items}
                     cell["max_gen_toks"] = max_gen_toks
