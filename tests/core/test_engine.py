@@ -221,6 +221,37 @@ def test_the_eager_loops_own_ops_per_round_stay_within_their_budget():
     assert r["loop_ops_per_round"] <= 152, parts
 
 
+def test_no_rules_decision_takes_more_than_twice_cactuss_ops_a_round():
+    """Issue 51: on a GPU drafter a rule's decision is launches, one per op. cactus_exact's and mentored's
+    bisections took 597 and 819 ops a round against Cactus's 71 (`make bench-launch`); their fixed-count
+    searches (Newton's closed-form step; 256 candidate β a step, as on a GPU) keep every rule within 2x
+    Cactus's. Counted as bench-launch counts (top-level ops) over a round's verify, as the engine calls it:
+    m = 4, a 512-token vocabulary, the target KL."""
+    from cactus_bench.core.rules import RULES
+    from cactus_bench.core.rules.mentored import searching_as
+    from cactus_bench.tools.perf.launch import per_round
+
+    g = torch.Generator().manual_seed(0)
+    p = torch.softmax(torch.randn(1, 4, 512, generator=g) * 3, -1)
+    q = torch.softmax(torch.randn(1, 5, 512, generator=g) * 3, -1)
+    drafts, u, n = torch.multinomial(p[0], 1, generator=g).T, torch.rand(1, 5, generator=g), torch.tensor([4])
+
+    def ops(name):
+        rule = build_rule(name)
+
+        def rounds():
+            for _ in range(3):
+                rule.verify(p, q, drafts, uniforms=u, n_drafts=n, check=False, return_kl=True)
+            return 3
+
+        with searching_as("cuda"):
+            rounds()  # warm
+            return per_round(rounds)["ops_per_round"]
+
+    counts = {name: ops(name) for name in sorted(RULES)}
+    assert counts["cactus"] < 75 and all(c <= 2 * counts["cactus"] for c in counts.values()), counts
+
+
 # --- batched decoding keeps each item's law --------------------------------------------------------------------
 
 V, L, M = 5, 3, 2

@@ -8,6 +8,7 @@ import torch
 from cactus_bench.core.rules import RULES, build_rule
 from cactus_bench.core.rules.base import kl
 from cactus_bench.core.rules.cactus import binary_kl
+from cactus_bench.core.rules.mentored import mentored_law, searching_as
 
 from ..helpers import reference_laws as ref
 from ..helpers.reference_laws import CONFIGS
@@ -133,7 +134,7 @@ def test_cactus_exact_target_stays_within_budget(delta, label, p, q):
     rule = build_rule("cactus_exact", delta=delta)
     n = torch.arange(V)
     h = rule.target(p.expand(V, V), q.expand(V, V), n)
-    assert float(rule.target_kl(p.expand(V, V), q.expand(V, V), n).max()) <= delta  # exact, by bisection
+    assert float(rule.target_kl(p.expand(V, V), q.expand(V, V), n).max()) <= delta  # exact, by the search's last step
     assert float(kl(h, q.expand(V, V)).max()) <= delta + 1e-12  # the full sum, up to round-off
     torch.testing.assert_close(
         rule.target_kl(p.expand(V, V), q.expand(V, V), n), kl(h, q.expand(V, V)), atol=1e-12, rtol=0
@@ -151,16 +152,66 @@ def test_cactus_taylor_can_exceed_delta_only_above_one_half():
         assert bool((real > delta + 1e-6).any())
 
 
+@pytest.mark.parametrize("device_type", ["cpu", "cuda"])  # one candidate a step (bisection), or 256
 @pytest.mark.parametrize("divergence", [0.0, 0.01, 0.1, 0.5])
 @pytest.mark.parametrize("label,p,q", PAIRS, ids=IDS)
-def test_mentored_meets_its_budget_with_the_smallest_beta(divergence, label, p, q):
+def test_mentored_meets_its_budget_with_the_smallest_beta(divergence, label, p, q, device_type):
     rule = build_rule("mentored", divergence=divergence)
-    law = rule.output_law(p, q)
+    with searching_as(device_type):
+        law = rule.output_law(p, q)
+        beta = float(rule.beta(p, q))
     assert float(kl(law, q)) <= divergence + 1e-12
-    beta = float(rule.beta(p, q))
     if beta > 1e-6:  # a slightly smaller β (more acceptance) must break the budget
         smaller = torch.tensor(ref.mentored_law(p.tolist(), q.tolist(), beta - 1e-6), dtype=torch.float64)
         assert float(kl(smaller, q)) > divergence - 1e-9
+
+
+@pytest.mark.parametrize("device_type", ["cpu", "cuda"])
+def test_mentoreds_search_decides_each_row_of_a_batch_as_it_would_alone(device_type):
+    """Batched = unbatched: each position's β is its own search's (the number of candidates a step tests
+    depends on the vocabulary and the device, never on the batch), and the GPU's 256-way search lands
+    within the dtype's resolution of bisection's (β − 2⁻²¹ breaks the budget on float32 too)."""
+    g = torch.Generator().manual_seed(3)
+    p = torch.softmax(torch.randn(6, 3, 40, generator=g) * 3, -1)
+    q = torch.softmax(torch.randn(6, 3, 40, generator=g) * 3, -1)
+    rule = build_rule("mentored", divergence=0.1)
+    with searching_as(device_type):
+        batch = rule.beta(p, q)
+        assert torch.equal(batch, torch.stack([rule.beta(p[i : i + 1], q[i : i + 1])[0] for i in range(6)]))
+    with searching_as("cpu"):
+        assert torch.allclose(batch, rule.beta(p, q), atol=2**-23, rtol=0)
+    smaller = kl(mentored_law(p.double(), q.double(), (batch.double() - 2**-21).clamp(min=1e-9)), q.double())
+    assert bool((smaller > 0.1).all())
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_cactus_exact_gamma_keeps_kl_within_delta_at_the_root_for_any_qn_and_delta(dtype):
+    """The fixed-count search (Newton from the Taylor γ, then the gap's ladder) on q_n from 0 and the dtype's
+    smallest normal to 1, δ from 1e-8 to 50: never NaN, q_n ≤ γ ≤ 1, binary_kl(γ, q_n) ≤ δ exactly (as
+    `target_kl` computes it), and where δ is not tiny against round-off, the root of a 200-step bisection to
+    within a relative 1e-12 of γ's gap to q_n on float64 (3e-5 on float32)."""
+    tiny = torch.finfo(dtype).tiny
+    qn = torch.cat(
+        [
+            torch.tensor([0.0, 1.0, tiny], dtype=torch.float64),
+            torch.logspace(math.log10(tiny), 0, 3000, dtype=torch.float64),
+            1 - torch.logspace(-15, -1, 500, dtype=torch.float64),
+        ]
+    ).to(dtype)
+    for delta in (1e-8, 1e-4, 0.02, 0.5, 2.0, 10.0, 50.0):
+        g = build_rule("cactus_exact", delta=delta).gamma(qn)
+        assert not g.isnan().any() and bool(((g >= qn) & (g <= 1)).all())
+        assert bool((binary_kl(g, qn) <= delta).all())
+        lo, hi = qn.clone(), torch.ones_like(qn)
+        for _ in range(200):
+            mid = (lo + hi) / 2
+            ok = binary_kl(mid, qn) <= delta
+            lo, hi = torch.where(ok, mid, lo), torch.where(ok, hi, mid)
+        root = torch.where(-torch.log(qn) <= delta, 1.0, lo)
+        gap = root - qn
+        if delta >= 0.02:
+            err = ((g - root).abs() / gap)[gap > 0]
+            assert float(err.max()) < (1e-12 if dtype == torch.float64 else 3e-5), (delta, float(err.max()))
 
 
 def test_readme_worked_example():
@@ -299,9 +350,9 @@ def test_output_kl_is_zero_when_the_drafter_is_the_verifier(name, params, label,
 
 
 @pytest.mark.parametrize("name,params", [("mentored", {"divergence": 0.05}), ("cactus_exact", {"delta": 0.5})])
-def test_a_bisection_runs_once_per_position_in_the_batched_laws(name, params):
+def test_a_search_runs_once_per_position_in_the_batched_laws(name, params):
     """The engine measures output KL every round with `output_laws` over [B, m, S] positions and candidates:
-    a rule's bisection (mentored's β, cactus_exact's γ) runs once over them, not once per candidate draft in
+    a rule's search (mentored's β, cactus_exact's γ) runs once over them, not once per candidate draft in
     each of the functions that need it (3x the launches, over [B, m, S, S]). The law is the one-position
     oracle's."""
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -324,8 +375,8 @@ def test_a_bisection_runs_once_per_position_in_the_batched_laws(name, params):
     q = torch.softmax(torch.randn(2, 3, 16, generator=g, dtype=torch.float64) * 2, -1)
     with Ops() as ops:
         laws = rule.output_laws(p, q)
-    with Ops() as one_bisection:
+    with Ops() as one_search:
         rule.beta(p, q) if name == "mentored" else rule.gamma(q)
-    assert ops.n < one_bisection.n + 150, (ops.n, one_bisection.n)
+    assert ops.n < one_search.n + 150, (ops.n, one_search.n)
     for b, j in ((0, 0), (1, 2)):
         torch.testing.assert_close(laws[b, j], rule.output_law(p[b, j], q[b, j]), atol=1e-12, rtol=0)

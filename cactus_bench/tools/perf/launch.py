@@ -130,14 +130,15 @@ def per_round(decode: Callable[[], int], split: bool = False) -> dict:
 
 def decode_round_ops(pair, compile: str | None, m: int, new_tokens: int, rule: str = "cactus") -> dict:
     """`per_round` (split) of one item decoded by the engine at batch size 1: the drafter/verifier `pair`,
-    a 32-token prompt, `new_tokens` tokens, after a warm-up decode (which compiles, with `compile`)."""
+    a 32-token prompt, `new_tokens` tokens, after a warm-up decode (which compiles, with `compile`). A rule
+    that searches differently by device (mentored's β) searches as on a GPU: these counts predict a GPU's."""
     from cactus_bench.core.decode import Engine, EngineOptions, Job
     from cactus_bench.core.rules import build_rule
+    from cactus_bench.core.rules.mentored import searching_as
 
     drafter, verifier = pair
     engine = Engine(verifier, drafter, build_rule(rule), m, eos={1}, options=EngineOptions(1, compile))
     prompt = list(range(10, 42))
-    list(engine.run([Job(prompt, new_tokens, torch.Generator().manual_seed(0))]))
 
     def decode() -> int:
         rounds = []
@@ -146,4 +147,6 @@ def decode_round_ops(pair, compile: str | None, m: int, new_tokens: int, rule: s
         engine.on_round = None
         return len(rounds)
 
-    return per_round(decode, split=True)
+    with searching_as("cuda"):
+        list(engine.run([Job(prompt, new_tokens, torch.Generator().manual_seed(0))]))
+        return per_round(decode, split=True)
