@@ -11,7 +11,7 @@ import torch
 from cactus_bench.adapters.embedded.random_models import random_lm
 from cactus_bench.core.cli import Command, Key
 from cactus_bench.core.rules import RULES
-from cactus_bench.tools.perf.launch import decode_round_ops
+from cactus_bench.tools.perf.launch import PYTHON, TIME_PARTS, decode_round_ops
 from cactus_bench.tools.perf.results import write_results
 from cactus_bench.tools.perf.shapes import PAIRS, SHAPES
 
@@ -43,7 +43,7 @@ def main():
     torch.set_num_threads(1)
     models = {"tiny": PAIRS["tiny"]} if args.small else {"tiny": PAIRS["tiny"], "qwen3-0.6b-shape": qwen3_06b_pair}
     engines = {"eager": None, "traced": "eager"} if args.small else ENGINES
-    rows, lines = [], []
+    rows, lines, times = [], [], []
     for model, build in models.items():
         pair = build()
         for engine, compile in engines.items():
@@ -57,6 +57,12 @@ def main():
             print(line, flush=True)
             lines.append(line)
             rows.append({"engine": engine, "model": model, **r})
+            t = r["time_ms_per_round"]
+            times.append(
+                f"| {engine} | {model} | {t['compiled_calls']:.1f} | {t['round']:.2f} | "
+                + " | ".join(f"{t[k]:.2f}" for k in [*TIME_PARTS, PYTHON])
+                + " |"
+            )
     # every rule on the tiny pair, each engine (the graphs are the same for every rule: what differs is the
     # round's tail, the rule's decision and its output-KL measurement, run eagerly)
     pair = PAIRS["tiny"]()
@@ -66,7 +72,8 @@ def main():
         for engine, compile in engines.items():
             r = decode_round_ops(pair, compile, args.m, args.new_tokens, rule)
             rows.append({"engine": engine, "model": "tiny", "rule": rule, **r})
-            cells.append(f"{r['ops_per_round']:.0f} | {r['loop_ops_per_round']:.1f} | {r['host_syncs_per_round']:.0f}")
+            own, reads = r["parts_per_round"].get("rule", 0.0), r["host_syncs_per_round"]
+            cells.append(f"{r['ops_per_round']:.0f} | {r['loop_ops_per_round']:.1f} | {own:.1f} | {reads:.0f}")
         per_rule.append(f"| {rule} | " + " | ".join(cells) + " |")
         print(per_rule[-1], flush=True)
     body = "\n".join(lines)
@@ -77,9 +84,20 @@ def main():
         "the round that dispatched it (`perf.launch.part_of`).\n"
     )
     md += f"\n{BEFORE}\n"
-    md += "\nEvery rule (default parameters), tiny pair: ops per round | the loop's own | host reads, per engine\n\n"
-    md += "| rule | " + " | ".join(f"{e} ops | {e}: loop's own | {e}: reads" for e in engines) + " |\n"
-    md += "|---|" + "---|---|---|" * len(engines) + "\n" + "\n".join(per_rule) + "\n"
+    md += (
+        "\nWhere a round's time goes (ms per round, profiled without stacks, one thread; `perf.launch.round_times`): "
+        "the compiled calls it makes, the kernels every loop runs (GEMMs, attention), the code torch.compile "
+        "generated, dynamo around each compiled call (its region, cache lookup and guards), the other ops (eager: "
+        "the models' other ops and the loop's own; fast: the loop's own), and Python outside any op.\n\n"
+    )
+    md += "| engine | model | compiled calls | round | " + " | ".join([*TIME_PARTS, PYTHON]) + " |\n"
+    md += "|---|---|---|---|" + "---|" * (len(TIME_PARTS) + 1) + "\n" + "\n".join(times) + "\n"
+    md += (
+        "\nEvery rule (default parameters), tiny pair: ops per round | the loop's own | the rule's decision (searches "
+        "as on a GPU: `mentored.searching_as`) | host reads, per engine\n\n"
+    )
+    md += "| rule | " + " | ".join(f"{e} ops | {e}: loop's own | {e}: rule | {e}: reads" for e in engines) + " |\n"
+    md += "|---|" + "---|---|---|---|" * len(engines) + "\n" + "\n".join(per_rule) + "\n"
     write_results(
         args.out, md, {"rows": rows}, "python scripts/bench_launch.py" + (" small=true" if args.small else "")
     )

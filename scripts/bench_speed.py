@@ -26,6 +26,7 @@ import torch
 
 from cactus_bench.core.cli import Command, Key
 from cactus_bench.core.decode import ForwardTimer, autoregressive_generate, speculative_generate
+from cactus_bench.tools.perf import launch
 from cactus_bench.tools.perf.results import write_results
 from cactus_bench.tools.perf.shapes import PAIRS
 from cactus_bench.tools.perf.transformers_reference import ASSISTANT_WARPS, assistant_setup, sampling
@@ -53,33 +54,16 @@ class ForwardMeter:
             h.remove()
 
 
-# Where a round's time goes, by the profiler's events (self time): the same kernels in every loop (GEMMs,
-# attention), what torch.compile adds per call, and the rest; Python between ops is the wall time no event
-# holds. First match wins.
-PARTS = {
-    "GEMMs": lambda k: k in ("aten::mm", "aten::addmm"),
-    "attention": lambda k: "scaled_dot_product" in k,
-    "compiled code": lambda k: k.startswith("## Call CompiledFxGraph"),
-    "dynamo": lambda k: "Compiled Region" in k or "Cache Lookup" in k or "Pregraph" in k or "AOTDispatcher" in k,
-    "other ops": lambda k: True,
-}
-
-
 SPLIT_LOOPS = {"hf_assisted": "HF assisted", "ours_sps": "ours eager", "ours_sps_fast": "ours fast"}
 
 
 def round_split(run, ids, seed) -> dict:
-    """One untimed run of `run` under torch's profiler: milliseconds per verifier call in each of PARTS and
-    in Python outside any op (the prefill's share included, as in the timed runs)."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        t = time.perf_counter()
-        out = run(ids, seed)
-        wall = time.perf_counter() - t
-    split = dict.fromkeys(PARTS, 0.0)
-    for event in prof.key_averages():
-        split[next(part for part, match in PARTS.items() if match(event.key))] += event.self_cpu_time_total * 1e-6
-    split["Python outside ops"] = wall - sum(split.values())
-    return {part: 1e3 * seconds / out["rounds"] for part, seconds in {"round": wall, **split}.items()}
+    """One untimed run of `run` under torch's profiler: milliseconds per verifier call in each of the time
+    parts (`launch.TIME_PARTS`) and in Python outside any op (the prefill's share included, as in the timed
+    runs)."""
+    split = launch.round_times(lambda: run(ids, seed)["rounds"])
+    split.pop("compiled_calls")
+    return split
 
 
 def hf_generate(verifier, drafter, ids, args, seed):
@@ -313,7 +297,7 @@ def main():
                 f"{m['ours_ar_fast']['tokens_per_s']:.1f} | "
                 f"**{r['fast_ar_vs_hf_generate']:.2f}x** |"
             )
-    parts = [*PARTS, "Python outside ops"]
+    parts = [*launch.TIME_PARTS, launch.PYTHON]
     lines += [
         "",
         "Where a round's time goes (ms per verifier call: m drafts and one verify; one prompt profiled after the "

@@ -221,6 +221,34 @@ def test_the_eager_loops_own_ops_per_round_stay_within_their_budget():
     assert r["loop_ops_per_round"] <= 152, parts
 
 
+def test_a_rounds_time_is_split_into_compiled_calls_dynamo_kernels_and_python():
+    """Issue 51: `bench-launch` shows where a fast round's time goes as it shows the eager round's ops. Each
+    profiler event lands in its part (compiled code, dynamo's region and cache lookup, GEMMs, attention, the
+    other ops); a traced engine's round makes its compiled calls and spends time in dynamo around them, an
+    eager one neither; the parts and Python outside ops add up to the round."""
+    from cactus_bench.tools.perf.launch import PYTHON, TIME_PARTS, round_times, time_part
+
+    assert time_part("## Call CompiledFxGraph fx123 ##") == "compiled code"
+    assert time_part("Torch-Compiled Region: 0/3") == time_part("TorchDynamo Cache Lookup") == "dynamo"
+    assert (time_part("aten::addmm"), time_part("aten::_scaled_dot_product_flash_attention_for_cpu")) == (
+        "GEMMs",
+        "attention",
+    )
+    assert time_part("aten::softmax") == "other ops"
+
+    def split(compile):
+        drafter, verifier = tiny_qwen3(seed=0, logit_scale=3.0), tiny_qwen3(num_layers=2, seed=1, logit_scale=3.0)
+        engine = Engine(verifier, drafter, build_rule("cactus"), 4, options=EngineOptions(1, compile))
+        decode(engine, jobs([[1, 2]]))
+        return round_times(lambda: rounds_of(engine, jobs([[1, 2, 3]], new_tokens=20)))
+
+    eager, traced = split(None), split("eager")
+    assert eager["compiled_calls"] == 0 and eager["dynamo"] == 0, eager
+    assert traced["compiled_calls"] >= 2 and traced["dynamo"] > 0, traced  # the draft steps and the verify
+    for t in (eager, traced):
+        assert abs(sum(t[k] for k in [*TIME_PARTS, PYTHON]) - t["round"]) < 1e-9 and t[PYTHON] > 0, t
+
+
 def test_no_rules_decision_takes_more_than_twice_cactuss_ops_a_round():
     """Issue 51: on a GPU drafter a rule's decision is launches, one per op. cactus_exact's and mentored's
     bisections took 597 and 819 ops a round against Cactus's 71 (`make bench-launch`); their fixed-count

@@ -16,6 +16,7 @@ layer), and read the device once per round (the verdict).
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import Counter
 from collections.abc import Callable
 
@@ -128,9 +129,43 @@ def per_round(decode: Callable[[], int], split: bool = False) -> dict:
     return out
 
 
+# Where a round's time goes, by the profiler's events (self time, first match wins): the kernels every loop runs
+# (GEMMs, attention), the code torch.compile generated, what dynamo runs around each compiled call (its region,
+# cache lookup and guards, AOT dispatch), and the other ops (the models' other eager ops and the loop's own);
+# Python between ops is the wall time no event holds.
+TIME_PARTS = {
+    "GEMMs": lambda k: k in ("aten::mm", "aten::addmm"),
+    "attention": lambda k: "scaled_dot_product" in k,
+    "compiled code": lambda k: k.startswith("## Call CompiledFxGraph"),
+    "dynamo": lambda k: "Compiled Region" in k or "Cache Lookup" in k or "Pregraph" in k or "AOTDispatcher" in k,
+    "other ops": lambda k: True,
+}
+PYTHON = "Python outside ops"
+
+
+def time_part(key: str) -> str:
+    return next(part for part, match in TIME_PARTS.items() if match(key))
+
+
+def round_times(decode: Callable[[], int]) -> dict:
+    """Milliseconds per round of `decode` (which returns its rounds), profiled without stacks: the round, the
+    compiled calls it made, and its time in each of TIME_PARTS and in Python outside any op."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        start = time.perf_counter()
+        rounds = decode()
+        wall = time.perf_counter() - start
+    split = dict.fromkeys(TIME_PARTS, 0.0)
+    for event in prof.key_averages():
+        split[time_part(event.key)] += event.self_cpu_time_total * 1e-6
+    split[PYTHON] = wall - sum(split.values())
+    _, graphs = top_level_ops(prof)
+    return {"compiled_calls": graphs / rounds} | {k: 1e3 * v / rounds for k, v in {"round": wall, **split}.items()}
+
+
 def decode_round_ops(pair, compile: str | None, m: int, new_tokens: int, rule: str = "cactus") -> dict:
-    """`per_round` (split) of one item decoded by the engine at batch size 1: the drafter/verifier `pair`,
-    a 32-token prompt, `new_tokens` tokens, after a warm-up decode (which compiles, with `compile`). A rule
+    """`per_round` (split) of one item decoded by the engine at batch size 1, and its `round_times`: the
+    drafter/verifier `pair`, a 32-token prompt, `new_tokens` tokens, after a warm-up decode (which compiles,
+    with `compile`). A rule
     that searches differently by device (mentored's β) searches as on a GPU: these counts predict a GPU's."""
     from cactus_bench.core.decode import Engine, EngineOptions, Job
     from cactus_bench.core.rules import build_rule
@@ -149,4 +184,5 @@ def decode_round_ops(pair, compile: str | None, m: int, new_tokens: int, rule: s
 
     with searching_as("cuda"):
         list(engine.run([Job(prompt, new_tokens, torch.Generator().manual_seed(0))]))
-        return per_round(decode, split=True)
+        counts = per_round(decode, split=True)
+        return {**counts, "time_ms_per_round": round_times(decode)}
