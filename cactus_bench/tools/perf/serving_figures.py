@@ -39,15 +39,10 @@ def draw(rows: list[dict], out_dir: Path | str, title: str) -> dict[str, Path]:
         for r, x, y in zip(pts, xs, ys):
             tag = f"B={r['batch']}" + (f", m={r['m']}" if r["m"] else "")
             ax.annotate(tag, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
-    ax.set_xlabel("total tokens/s (all requests)")
-    ax.set_ylabel("tokens/s per request (1 / median TPOT)")
-    ax.set_title(f"{title}: Pareto (best m per batch size)", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    paths["pareto"] = out_dir / "serving_pareto.png"
-    fig.tight_layout()
-    fig.savefig(paths["pareto"], dpi=120)
-    plt.close(fig)
+    paths["pareto"] = save(
+        fig, ax, "total tokens/s (all requests)", "tokens/s per request (1 / median TPOT)",
+        f"{title}: Pareto (best m per batch size)", out_dir / "serving_pareto.png",
+    )  # fmt: skip
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="verifier alone (1×)")
@@ -65,13 +60,20 @@ def draw(rows: list[dict], out_dir: Path | str, title: str) -> dict[str, Path]:
     ax.set_xscale("log", base=2)
     batches = sorted({r["batch"] for r in rows})
     ax.set_xticks(batches, [str(b) for b in batches])
-    ax.set_xlabel("batch size B")
-    ax.set_ylabel("speedup vs verifier alone at B (95 % CI)")
-    ax.set_title(f"{title}: speedup against batch size (best m)", fontsize=9)
+    paths["speedup"] = save(
+        fig, ax, "batch size B", "speedup vs verifier alone at B (95 % CI)",
+        f"{title}: speedup against batch size (best m)", out_dir / "serving_speedup.png",
+    )  # fmt: skip
+    return paths
+
+
+def save(fig, ax, xlabel: str, ylabel: str, title: str, path: Path) -> Path:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    paths["speedup"] = out_dir / "serving_speedup.png"
     fig.tight_layout()
-    fig.savefig(paths["speedup"], dpi=120)
+    fig.savefig(path, dpi=120)
     plt.close(fig)
-    return paths
+    return path
