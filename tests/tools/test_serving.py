@@ -173,7 +173,7 @@ def test_bad_input_is_refused_before_any_model_loads():
         serving.build_cells("sweeps/demo.yaml", None, None, **{**serving_small(), "labels": ["Nope"]})
 
 
-def test_a_speedup_timed_on_a_busy_machine_is_marked():
+def test_a_speedup_timed_on_a_busy_machine_or_while_compiling_is_marked():
     tokens = {0: [1, 2]}
     quiet = {
         Cell(VERIFIER, None, 1, "eager"): [_decoded(1.0, tokens)] * 3,
@@ -188,6 +188,14 @@ def test_a_speedup_timed_on_a_busy_machine_is_marked():
     ]
     table = serving.markdown(serving.table_rows(busy))
     assert "1.25× [1.25, 1.25] (busy)" in table and "timed on a busy machine" in table
+    compiling = dict(quiet)
+    compiling[Cell("SpS", 4, 1, "eager")] = [
+        _decoded(0.8, tokens),
+        Decoded(0.8, tokens, compiled=2),
+        _decoded(0.8, tokens),
+    ]
+    table = serving.markdown(serving.table_rows(compiling))
+    assert "1.25× [1.25, 1.25] (compiled)" in table and "compiled graphs: its time holds compiling" in table
 
 
 def test_no_speedup_is_predicted_where_a_round_is_not_split_into_its_parts():

@@ -10,8 +10,9 @@ A request's latencies are measured from that moment:
     e2e   its finish;  TTFT  its admission (queueing included) + its prefill + its first round;
     TPOT  (e2e − TTFT) / (tokens − 1), the time per token once its reply has started.
 
-Repeats are interleaved: each repeat decodes every cell once, in a shuffled order, so a load change hits
-all alike; a cell's speedup is Σ verifier-alone time / Σ method time over the repeats (both at the same B),
+Repeats are interleaved within a batch size: each repeat decodes every cell of that B once, in a shuffled
+order, so a load change hits all alike; a cell's speedup is Σ verifier-alone time / Σ method time over the
+repeats (both at the same B),
 with a 95 % t interval over repeats on the log of each repeat's ratio (the interval is the machine's noise
 over repeats, not the items': every repeat decodes the same requests, from the same random streams).
 """
@@ -66,6 +67,7 @@ class Decoded:
     e2e: list[float] = field(default_factory=list)
     samples: list[dict] = field(default_factory=list)  # {"stats": ...}: what metrics pool
     load: float = 0.0  # runnable processes per core when it finished (1-minute load average / cores)
+    compiled: int = 0  # graphs the fast engine compiled during it (their seconds are in its time)
 
 
 def load_per_core() -> float:
@@ -95,6 +97,7 @@ def decode_workload(decoder: Decoder, requests: Sequence[Request], clock=time.pe
         out = gen.output
         done.tokens[gen.request.key] = list(out.tokens)
         done.samples.append({"stats": gen.stats()})
+        done.compiled += out.graphs_compiled
         done.e2e.append(finish)
         offset = first_token_offset(out)
         if offset is not None:
@@ -229,25 +232,28 @@ def run_sweep(
     seed: int = 0,
     log: Callable[[str], None] = print,
 ) -> dict[Cell, list[Decoded]]:
-    """Warm every cell up once (compiles, caches), then `repeats` interleaved repeats in shuffled orders. The
-    fast engine's cells share each model's compiled graphs (one per forward width, key bucket and row count):
-    a sweep needs more than a run's limit, and compiles them all before it times any."""
+    """One batch size at a time: warm each of its cells up once (compiles, caches), then `repeats` interleaved
+    repeats of them in shuffled orders. A speedup compares cells of one batch size; a model keeps one batched
+    row cache, so interleaving batch sizes would rebuild it at every switch and, on the fast engine, recompile
+    its graphs inside timed decodes. The fast engine's graphs (one per forward width, key bucket, row count and
+    cache) outnumber a run's limit over a sweep: every one is compiled in a warm-up."""
     from cactus_bench.core.decode import cache
 
     limit = cache.RECOMPILE_LIMIT
     cache.RECOMPILE_LIMIT = max(limit, 64 * len(decoders))
+    timed: dict[Cell, list[Decoded]] = {cell: [] for cell in decoders}
+    rng = random.Random(seed)
     try:
-        for cell, decoder in decoders.items():
-            decode_workload(decoder, requests)
-            log(f"warmed up: {cell.name}")
-        timed: dict[Cell, list[Decoded]] = {cell: [] for cell in decoders}
-        rng = random.Random(seed)
-        for r in range(repeats):
-            order = list(decoders)
-            rng.shuffle(order)
-            for cell in order:
-                timed[cell].append(decode_workload(decoders[cell], requests))
-            log(f"repeat {r + 1}/{repeats} done")
+        for batch in sorted({cell.batch for cell in decoders}):
+            group = [cell for cell in decoders if cell.batch == batch]
+            for cell in group:
+                decode_workload(decoders[cell], requests)
+                log(f"warmed up: {cell.name}")
+            for r in range(repeats):
+                rng.shuffle(group)
+                for cell in group:
+                    timed[cell].append(decode_workload(decoders[cell], requests))
+                log(f"B={batch}: repeat {r + 1}/{repeats} done")
     finally:
         cache.RECOMPILE_LIMIT = limit
     return timed
@@ -272,6 +278,7 @@ def cell_row(cell: Cell, runs: list[Decoded], base: list[Decoded], same_tokens: 
         "same_tokens_as_b1": same_tokens,
         "seconds": [d.seconds for d in runs],
         "load": max(d.load for d in runs + base),  # the busiest moment of this cell's or its baseline's repeats
+        "compiled_while_timed": sum(d.compiled for d in runs + base),
     }
     for name in ("ttft", "tpot", "e2e"):
         values = [v for d in runs for v in getattr(d, name)]
@@ -321,8 +328,8 @@ def _speedup(s: list | None) -> str:
 
 def markdown(rows: list[dict]) -> str:
     """The table: one line per cell, the best m per (engine, method, batch) marked with *, a speedup timed on a
-    busy machine (load above `BUSY` per core in any of its repeats or its baseline's) marked (busy), and the
-    note saying so below."""
+    busy machine (load above `BUSY` per core in any of its repeats or its baseline's) marked (busy), one whose
+    timed decodes compiled graphs marked (compiled), and the notes saying so below."""
     best = best_m(rows)
     lines = [
         "| engine | method | m | B | tokens/s | tokens/s per request | TTFT ms P50 / P90 / P99 "
@@ -336,6 +343,7 @@ def markdown(rows: list[dict]) -> str:
         acc = ", ".join(f"{a:.2f}" for a in r["acceptance_at"] if a is not None) if r["acceptance_at"] else "–"
         pred, al = r.get("predicted_speedup"), r["al"]
         busy = " (busy)" if r["load"] > BUSY and r.get("speedup") else ""
+        busy += " (compiled)" if r.get("compiled_while_timed") and r.get("speedup") else ""
         lines.append(
             f"| {r['engine']} | {r['method']} | {r['m'] or '–'}{mark} | {r['batch']} | {r['tokens_per_s']:.1f} "
             f"| {r['tokens_per_s_per_request'] or 0:.1f} | {lat['ttft']} | {lat['tpot']} "
@@ -344,4 +352,9 @@ def markdown(rows: list[dict]) -> str:
         )
     if any(r["load"] > BUSY and r.get("speedup") for r in rows):
         lines += ["", f"(busy): timed on a busy machine (load above {BUSY:g} per core): it measures the load too."]
+    if any(r.get("compiled_while_timed") and r.get("speedup") for r in rows):
+        lines += [
+            "",
+            "(compiled): a timed decode of the cell or its baseline compiled graphs: its time holds compiling.",
+        ]
     return "\n".join(lines)
