@@ -34,8 +34,7 @@ def draw(rows: list[dict], out_dir: Path | str, title: str) -> dict[str, Path]:
     fig, ax = plt.subplots(figsize=(6.4, 4.6))
     for (engine, method), pts in lines.items():
         xs, ys = [r["tokens_per_s"] for r in pts], [r["tokens_per_s_per_request"] or 0 for r in pts]
-        style = {"color": "black", "linestyle": "--"} if method == VERIFIER else {}
-        ax.plot(xs, ys, marker="o", label=f"{method} ({engine})", **style)
+        ax.plot(xs, ys, label=f"{method} ({engine})", **style(lines, engine, method))
         for r, x, y in zip(pts, xs, ys):
             tag = f"B={r['batch']}" + (f", m={r['m']}" if r["m"] else "")
             ax.annotate(tag, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
@@ -54,7 +53,7 @@ def draw(rows: list[dict], out_dir: Path | str, title: str) -> dict[str, Path]:
         ys = [r["speedup"][0] for r in pts]
         lo = [r["speedup"][0] - (r["speedup"][1] or r["speedup"][0]) for r in pts]
         hi = [(r["speedup"][2] or r["speedup"][0]) - r["speedup"][0] for r in pts]
-        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=f"{method} ({engine})")
+        ax.errorbar(xs, ys, yerr=[lo, hi], capsize=3, label=f"{method} ({engine})", **style(lines, engine, method))
         for r, x, y in zip(pts, xs, ys):
             ax.annotate(f"m={r['m']}", (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
     ax.set_xscale("log", base=2)
@@ -65,6 +64,17 @@ def draw(rows: list[dict], out_dir: Path | str, title: str) -> dict[str, Path]:
         f"{title}: speedup against batch size (best m)", out_dir / "serving_speedup.png",
     )  # fmt: skip
     return paths
+
+
+ENGINE_STYLES = {"eager": ("-", "o"), "fast": ("--", "s"), "vllm": (":", "^")}
+
+
+def style(lines: dict, engine: str, method: str) -> dict:
+    """A method's colour (the verifier alone black) and an engine's line and marker, the same in both figures."""
+    methods = list(dict.fromkeys(m for _, m in lines if m != VERIFIER))
+    color = "black" if method == VERIFIER else f"C{methods.index(method) % 10}"
+    linestyle, marker = ENGINE_STYLES.get(engine, ("-.", "D"))
+    return {"color": color, "linestyle": linestyle, "marker": marker}
 
 
 def save(fig, ax, xlabel: str, ylabel: str, title: str, path: Path) -> Path:
