@@ -2,7 +2,8 @@
 real prompts of the spec's dataset (default: the demo's embedded pair on arith). Per cell: total tokens/s,
 TTFT and TPOT percentiles, AL and acceptance per position, and the speedup over the verifier alone at the
 same B with its interval over interleaved repeats (`cactus_bench/tools/perf/serving.py` defines each).
-Writes <out>.md / <out>.json and the Pareto and speedup-against-B figures beside them.
+Writes <out>.md / <out>.json and the Pareto and speedup-against-B figures beside them (<out>_pareto.png,
+<out>_speedup.png).
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def main():
     timed = serving.run_sweep(decoders, requests, args.repeats)
     rows = serving.table_rows(timed)
     out = Path(args.out)
-    paths = serving_figures.draw(rows, out.parent, title)
+    paths = serving_figures.draw(rows, out.parent, title, out.name)
     best = serving.best_m(rows)
     best_lines = ["| engine | method | B | best m (tokens/s) |", "|---|---|---|---|"]
     best_lines += [f"| {e} | {meth} | {b} | {m} |" for (e, meth, b), m in sorted(best.items())]

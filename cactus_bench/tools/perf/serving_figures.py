@@ -24,8 +24,8 @@ def curves(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
     return {k: sorted(v, key=lambda r: r["batch"]) for k, v in out.items()}
 
 
-def draw(rows: list[dict], out_dir: Path | str, title: str) -> dict[str, Path]:
-    """Write serving_pareto.png and serving_speedup.png into out_dir; returns them by name."""
+def draw(rows: list[dict], out_dir: Path | str, title: str, stem: str = "serving") -> dict[str, Path]:
+    """Write <stem>_pareto.png and <stem>_speedup.png into out_dir; returns them by name."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     lines = curves(rows)
@@ -40,7 +40,7 @@ def draw(rows: list[dict], out_dir: Path | str, title: str) -> dict[str, Path]:
             ax.annotate(tag, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
     paths["pareto"] = save(
         fig, ax, "total tokens/s (all requests)", "tokens/s per request (1 / median TPOT)",
-        f"{title}: Pareto (best m per batch size)", out_dir / "serving_pareto.png",
+        f"{title}: Pareto (best m per batch size)", out_dir / f"{stem}_pareto.png",
     )  # fmt: skip
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -61,7 +61,7 @@ def draw(rows: list[dict], out_dir: Path | str, title: str) -> dict[str, Path]:
     ax.set_xticks(batches, [str(b) for b in batches])
     paths["speedup"] = save(
         fig, ax, "batch size B", "speedup vs verifier alone at B (95 % CI)",
-        f"{title}: speedup against batch size (best m)", out_dir / "serving_speedup.png",
+        f"{title}: speedup against batch size (best m)", out_dir / f"{stem}_speedup.png",
     )  # fmt: skip
     return paths
 
