@@ -135,7 +135,8 @@ def test_small_sweep_end_to_end(tmp_path):
             assert r["al"] > 0 and len(r["acceptance_at"]) == r["m"] and r["speedup"][1] is not None
             assert r["predicted_speedup"] > 0
     table = serving.markdown(rows)
-    assert table.count("\n") == len(rows) + 1 and "TTFT ms P50 / P90 / P99" in table
+    table_lines = [line for line in table.splitlines() if line.startswith("|")]  # notes (busy) follow it
+    assert len(table_lines) == len(rows) + 2 and "TTFT ms P50 / P90 / P99" in table
 
     from cactus_bench.core import metrics
 
