@@ -13,7 +13,6 @@ so one run's timings never mix two machines or a quiet and a busy one.
 from __future__ import annotations
 
 import logging
-import os
 import random
 import socket
 import time
@@ -23,7 +22,7 @@ from typing import Any
 import torch
 
 from cactus_bench.core import metrics
-from cactus_bench.core.metrics.timing_conditions import condition_class
+from cactus_bench.core.metrics.timing_conditions import condition_class, load_per_core
 
 log = logging.getLogger("cactus_bench")
 # what a paired decode adds to its sample (`decode.api.paired_record`), kept in timing.jsonl
@@ -32,16 +31,12 @@ PAIRED = ("paired_baseline_first", *(k for k in metrics.COUNTERS if k.startswith
 
 def conditions(device: str, batch_size) -> dict:
     """What a decode was timed under."""
-    try:
-        load = os.getloadavg()[0] / (os.cpu_count() or 1)
-    except OSError:  # not reported on this system
-        load = 0.0
     return {
         "host": socket.gethostname(),
         "device": device,
         "threads": torch.get_num_threads(),
         "batch_size": batch_size,
-        "load": round(load, 2),
+        "load": round(load_per_core(), 2),
     }
 
 

@@ -3,6 +3,7 @@ metric carries when its times do not share them: flagged, or withheld where the 
 
 from __future__ import annotations
 
+import os
 from typing import Protocol
 
 
@@ -20,6 +21,14 @@ class Timed(Protocol):
 
 
 BUSY = 1.0  # runnable processes per core (1-minute load average / cores) above which a machine is busy
+
+
+def load_per_core() -> float:
+    """The 1-minute load average per core (0 where the system does not report it)."""
+    try:
+        return os.getloadavg()[0] / (os.cpu_count() or 1)
+    except OSError:
+        return 0.0
 
 
 def condition_class(c: dict) -> tuple:

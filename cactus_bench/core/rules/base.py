@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import ClassVar, NamedTuple
 
 import torch
@@ -48,9 +49,10 @@ def sample_column(w: Tensor, u: Tensor | None = None, generator: torch.Generator
     return torch.searchsorted(c, u * c[..., -1:], right=True).clamp(max=w.shape[-1] - 1)
 
 
-def bisect_steps(dtype: torch.dtype) -> int:
-    """Halvings of a unit interval that reach the dtype's resolution (25 for float32, 54 for float64)."""
-    return int(-math.log2(torch.finfo(dtype).eps)) + 2
+def resolution_bits(dtype: torch.dtype) -> int:
+    """Bits a search of the unit interval must resolve to reach the dtype's resolution (24 on float32, 53 on
+    float64)."""
+    return int(-math.log2(torch.finfo(dtype).eps)) + 1
 
 
 def kl(h: Tensor, q: Tensor) -> Tensor:
@@ -65,16 +67,20 @@ def general_accept(h_n: Tensor, p_n: Tensor) -> Tensor:
     return torch.where(p_n > 0, torch.clamp(h_n / p_n, max=1.0), 0.0)
 
 
+def constant(key: tuple, make: Callable[[], Tensor]) -> Tensor:
+    """The tensor `make` builds, made once per `key` and read only: an eager decode round asks for the same
+    few every round, and each would be one more dispatched op (on a GPU, a launch)."""
+    if key not in _CONSTANTS:
+        _CONSTANTS[key] = make()
+    return _CONSTANTS[key]
+
+
+_CONSTANTS: dict[tuple, Tensor] = {}
+
+
 def positions(n: int, device: torch.device, start: int = 0) -> Tensor:
-    """``arange(start, start + n)`` on `device`, made once per size and device and read only: an eager decode
-    round asks for the same few every round, and each would be one more dispatched op (on a GPU, a launch)."""
-    key = (n, device, start)
-    if key not in _POSITIONS:
-        _POSITIONS[key] = torch.arange(start, start + n, device=device)
-    return _POSITIONS[key]
-
-
-_POSITIONS: dict[tuple[int, torch.device, int], Tensor] = {}
+    """``arange(start, start + n)`` on `device` (a `constant`)."""
+    return constant(("positions", n, device, start), lambda: torch.arange(start, start + n, device=device))
 
 
 class Verification(NamedTuple):

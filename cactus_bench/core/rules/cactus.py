@@ -9,7 +9,7 @@ import math
 import torch
 from torch import Tensor
 
-from cactus_bench.core.rules.base import check_range, gather_last, general_accept
+from cactus_bench.core.rules.base import check_range, constant, gather_last, general_accept
 from cactus_bench.core.rules.registry import register
 from cactus_bench.core.rules.sps import TargetRule
 
@@ -65,9 +65,9 @@ class CactusExact(Cactus):
     increasing on [q_n, 1], so from the Taylor γ (left of the root where q_n < 1/2) the first step lands right
     of the root and the rest descend to it: `newton_steps` reach round-off for every q_n and δ tested (1e-300
     to 1, 1e-8 to 50). A last step keeps KL(h‖q) ≤ δ exact, not just to round-off: of γ's gap to q_n shrunk
-    by each factor of `ladder` (1, then 1 − 2⁻⁴⁸, 1 − 2⁻⁴⁰, ... on float64), the largest whose binary_kl, computed as
-    `target_kl` computes it, is within δ (else q_n, whose KL is 0). ~75 ops against bisection's 25-54 steps
-    of ~18: the same γ to within 2⁻⁴⁸ of its gap on float64 (docs/methods.md)."""
+    by each factor of `ladder` (1, then 1 − 2⁻⁴⁸, 1 − 2⁻⁴⁰, ... on float64), the largest whose binary_kl,
+    computed as `target_kl` computes it, is within δ (else q_n, whose KL is 0). About 80 ops, where bisection
+    took 25-54 steps of ~18 (docs/gpu.md)."""
 
     label = "Cactus (exact γ)"
 
@@ -107,13 +107,8 @@ def newton_steps(dtype: torch.dtype) -> int:
 
 def ladder(dtype: torch.dtype, device: torch.device) -> Tensor:
     """The factors γ's gap to q_n is shrunk by until binary_kl is within δ: 1, then 1 − 2^-k from just above
-    the dtype's resolution down (where δ is tiny, binary_kl's round-off is a larger share of it); made once
-    per dtype and device and read only."""
-    key = (dtype, device)
-    if key not in _LADDERS:
-        bits = (48, 40, 32, 24, 16) if torch.finfo(dtype).eps < 1e-10 else (20, 16, 12, 8)
-        _LADDERS[key] = torch.tensor([1.0] + [1 - 2.0**-k for k in bits], dtype=dtype, device=device)
-    return _LADDERS[key]
-
-
-_LADDERS: dict[tuple[torch.dtype, torch.device], Tensor] = {}
+    the dtype's resolution down (where δ is tiny, binary_kl's round-off is a larger share of it)."""
+    bits = (48, 40, 32, 24, 16) if torch.finfo(dtype).eps < 1e-10 else (20, 16, 12, 8)
+    return constant(
+        ("ladder", dtype, device), lambda: torch.tensor([1.0] + [1 - 2.0**-k for k in bits], dtype=dtype, device=device)
+    )

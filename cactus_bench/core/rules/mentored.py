@@ -7,11 +7,10 @@ P_out = min(p, q/β) + (1 − Σ min(p, q/β))·(q − βp)+ / Σ(q − βp)+.
 """
 
 import contextlib
-import math
 
 import torch
 
-from cactus_bench.core.rules.base import Rule, check_range, gather_last, general_accept
+from cactus_bench.core.rules.base import Rule, check_range, constant, gather_last, general_accept, resolution_bits
 from cactus_bench.core.rules.registry import register
 
 # Elements of the candidate laws a search step may hold per position ((ways − 1) · S), by device type. On a GPU
@@ -43,14 +42,13 @@ class Mentored(Rule):
         tested, as bisection's are. On a GPU a small vocabulary takes 256 ways, 3 steps on float32 (`ways`);
         each position's search is its own, so a batch decides as its rows would alone."""
         shape = p.shape[:-1]
-        bits = int(-math.log2(torch.finfo(p.dtype).eps)) + 1  # 24 on float32, 53 on float64
         way_bits = ways_log2(p.shape[-1], p.device)
         grid = fractions(2**way_bits, p.dtype, p.device)  # [ways − 1, 1]: β runs down the second-last axis
         lo = torch.zeros((*shape, 1, 1), dtype=p.dtype, device=p.device)
         hi = torch.ones((*shape, 1, 1), dtype=p.dtype, device=p.device)
         p_, q_ = p.unsqueeze(-2), q.unsqueeze(-2)
         log_q = torch.log(q_).clamp_(min=torch.finfo(p.dtype).min)  # finite: h is 0 where q is
-        for _ in range(-(-bits // way_bits)):
+        for _ in range(-(-resolution_bits(p.dtype) // way_bits)):
             betas = torch.addcmul(lo, hi - lo, grid)  # [..., ways − 1, 1]
             over = law_kl(p_, q_, log_q, betas) > self.divergence
             k = over.int().cumprod(-2).sum(-2, keepdim=True)  # the leading over-budget β
@@ -103,11 +101,8 @@ def law_kl(p, q, log_q, b):
 
 
 def fractions(ways: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """j / ways for j = 1 .. ways − 1 as a column, made once per size, dtype and device and read only."""
-    key = (ways, dtype, device)
-    if key not in _FRACTIONS:
-        _FRACTIONS[key] = (torch.arange(1, ways, dtype=dtype, device=device) / ways).unsqueeze(-1)
-    return _FRACTIONS[key]
-
-
-_FRACTIONS: dict[tuple[int, torch.dtype, torch.device], torch.Tensor] = {}
+    """j / ways for j = 1 .. ways − 1 as a column (a `constant`)."""
+    return constant(
+        ("fractions", ways, dtype, device),
+        lambda: (torch.arange(1, ways, dtype=dtype, device=device) / ways).unsqueeze(-1),
+    )

@@ -298,20 +298,14 @@ class Check:
         return out
 
     def serving(self, compile) -> dict:
-        """A small serving sweep (`tools/perf/serving.py`): the verifier alone, SpS and Cactus at each batch
-        size, 2·B requests at once, two interleaved repeats: tokens/s, TTFT/TPOT percentiles, speedup at B."""
-        from cactus_bench.core.decode import Request
+        """A small serving sweep (`serving.engine_sweep`) of this device's engines."""
         from cactus_bench.tools.perf import serving
 
-        engine = "fast" if compile else "eager"
-        decoders = {}
-        for rows in self.args.batches:
-            for label, rule in ((serving.VERIFIER, None), ("SpS", "sps"), ("Cactus", "cactus")):
-                cell = serving.Cell(label, self.args.m if rule else None, rows, engine)
-                decoders[cell] = serving.EngineDecoder(self.engine(rule, compile, rows), self.args.new_tokens)
-        requests = [Request(tuple(self.prompt), i) for i in range(2 * max(self.args.batches))]
-        timed = serving.run_sweep(decoders, requests, repeats=2, log=self.log)
-        return {"rows": serving.table_rows(timed), "table": serving.markdown(serving.table_rows(timed))}
+        a, engine = self.args, "fast" if compile else "eager"
+        return serving.engine_sweep(
+            lambda rule, rows: self.engine(rule, compile, rows), a.batches, a.m, a.new_tokens, self.prompt, engine,
+            self.log,
+        )  # fmt: skip
 
     def rules(self) -> dict:
         V, m = 151_936, self.args.m

@@ -165,8 +165,8 @@ def round_times(decode: Callable[[], int]) -> dict:
 def decode_round_ops(pair, compile: str | None, m: int, new_tokens: int, rule: str = "cactus") -> dict:
     """`per_round` (split) of one item decoded by the engine at batch size 1, and its `round_times`: the
     drafter/verifier `pair`, a 32-token prompt, `new_tokens` tokens, after a warm-up decode (which compiles,
-    with `compile`). A rule
-    that searches differently by device (mentored's β) searches as on a GPU: these counts predict a GPU's."""
+    with `compile`). A rule that searches differently by device (mentored's β) searches as on a GPU: these
+    counts predict a GPU's."""
     from cactus_bench.core.decode import Engine, EngineOptions, Job
     from cactus_bench.core.rules import build_rule
     from cactus_bench.core.rules.mentored import searching_as

@@ -20,7 +20,6 @@ over repeats, not the items': every repeat decodes the same requests, from the s
 from __future__ import annotations
 
 import math
-import os
 import random
 import statistics
 import time
@@ -31,7 +30,7 @@ from cactus_bench.core import metrics
 from cactus_bench.core.decode import Decoder, Request
 from cactus_bench.core.intervals import Estimate, t95
 from cactus_bench.core.metrics.positions import acceptance_at
-from cactus_bench.core.metrics.timing_conditions import BUSY
+from cactus_bench.core.metrics.timing_conditions import BUSY, load_per_core
 
 PERCENTILES = (50, 90, 99)
 VERIFIER = "Verifier"  # the verifier alone's label
@@ -68,13 +67,6 @@ class Decoded:
     samples: list[dict] = field(default_factory=list)  # {"stats": ...}: what metrics pool
     load: float = 0.0  # runnable processes per core when it finished (1-minute load average / cores)
     compiled: int = 0  # graphs the fast engine compiled during it (their seconds are in its time)
-
-
-def load_per_core() -> float:
-    try:
-        return os.getloadavg()[0] / (os.cpu_count() or 1)
-    except OSError:  # not reported on this system
-        return 0.0
 
 
 def first_token_offset(out) -> float | None:
@@ -135,6 +127,22 @@ class EngineDecoder:
         ]
         for job, out in self.engine.run(jobs):
             yield Generation(job.handle, out, "", "")
+
+
+def engine_sweep(make_engine, batches, m: int, new_tokens: int, prompt, engine: str, log=print) -> dict:
+    """The device check's small sweep on bare engines (`make_engine(rule, rows)`): the verifier alone, SpS and
+    Cactus at each batch size, 2·max(B) requests of `prompt` at once, two interleaved repeats."""
+    from cactus_bench.core.decode import Request
+
+    methods = ((VERIFIER, None), ("SpS", "sps"), ("Cactus", "cactus"))
+    decoders = {
+        Cell(label, m if rule else None, rows, engine): EngineDecoder(make_engine(rule, rows), new_tokens)
+        for rows in batches
+        for label, rule in methods
+    }
+    requests = [Request(tuple(prompt), i) for i in range(2 * max(batches))]
+    rows = table_rows(run_sweep(decoders, requests, repeats=2, log=log))
+    return {"rows": rows, "table": markdown(rows)}
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -342,12 +350,12 @@ def markdown(rows: list[dict]) -> str:
         lat = {k: " / ".join(_ms((r[k] or {}).get(f"p{q}")) for q in PERCENTILES) for k in ("ttft", "tpot")}
         acc = ", ".join(f"{a:.2f}" for a in r["acceptance_at"] if a is not None) if r["acceptance_at"] else "–"
         pred, al = r.get("predicted_speedup"), r["al"]
-        busy = " (busy)" if r["load"] > BUSY and r.get("speedup") else ""
-        busy += " (compiled)" if r.get("compiled_while_timed") and r.get("speedup") else ""
+        marks = " (busy)" if r["load"] > BUSY and r.get("speedup") else ""
+        marks += " (compiled)" if r.get("compiled_while_timed") and r.get("speedup") else ""
         lines.append(
             f"| {r['engine']} | {r['method']} | {r['m'] or '–'}{mark} | {r['batch']} | {r['tokens_per_s']:.1f} "
             f"| {r['tokens_per_s_per_request'] or 0:.1f} | {lat['ttft']} | {lat['tpot']} "
-            f"| {'–' if al is None else f'{al:.2f}'} | {acc} | {_speedup(r.get('speedup'))}{busy} "
+            f"| {'–' if al is None else f'{al:.2f}'} | {acc} | {_speedup(r.get('speedup'))}{marks} "
             f"| {'–' if pred is None else f'{pred:.2f}×'} | {r['same_tokens_as_b1']} |"
         )
     if any(r["load"] > BUSY and r.get("speedup") for r in rows):
