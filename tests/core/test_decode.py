@@ -5,7 +5,15 @@ import itertools
 import pytest
 import torch
 
-from cactus_bench.core.decode import Engine, EngineOptions, Job, autoregressive_generate, buckets, speculative_generate
+from cactus_bench.core.decode import (
+    Engine,
+    EngineOptions,
+    Job,
+    autoregressive_generate,
+    buckets,
+    programs,
+    speculative_generate,
+)
 from cactus_bench.core.decode import cache as cache_mod
 from cactus_bench.core.decode import engine as engine_mod
 from cactus_bench.core.rules import build_rule
@@ -89,27 +97,22 @@ def test_kv_rollback_equals_a_fresh_forward(pair, rule, m, batch_size):
 def no_rollback(monkeypatch):
     """A realistic bug: write positions never move back within a request, so rejected drafts stay in the
     cache and later tokens attend to them (a new request still starts at its own positions)."""
-    real_set, real_prefill = cache_mod.ModelRunner.set_positions, cache_mod.ModelRunner.prefill
-    real_forward = cache_mod.ModelRunner.forward
+    real_prefill, real_step = cache_mod.ModelRunner.prefill, programs.decode_step
 
     def prefill(self, rows, tokens):
-        self.fresh = getattr(self, "fresh", set()) | set(rows)  # rows just admitted: their own positions
+        self.cache.fresh = getattr(self.cache, "fresh", set()) | set(rows)  # rows just admitted: their own positions
         return real_prefill(self, rows, tokens)
 
-    def forward(self, ids, *args, **kw):  # where each row's last write ended (the loop may not advance pos)
-        self.reached = [p + ids.shape[1] for p in self.cache.pos.tolist()]
-        return real_forward(self, ids, *args, **kw)
-
-    def never_back(self, starts):
-        starts = starts.tolist() if isinstance(starts, torch.Tensor) else starts
-        fresh, reached = getattr(self, "fresh", set()), getattr(self, "reached", [0] * len(starts))
+    def never_back(model, cache, ids, *args):  # every forward of a round's programs
+        starts = cache.pos.tolist()
+        fresh, reached = getattr(cache, "fresh", set()), getattr(cache, "reached", [0] * len(starts))
         starts = [s if b in fresh else max(s, r) for b, (s, r) in enumerate(zip(starts, reached))]
-        self.fresh = set()
-        real_set(self, starts)
+        cache.fresh, cache.reached = set(), [s + ids.shape[1] for s in starts]
+        cache.pos.copy_(torch.tensor(starts))
+        return real_step(model, cache, ids, *args)
 
     monkeypatch.setattr(cache_mod.ModelRunner, "prefill", prefill)
-    monkeypatch.setattr(cache_mod.ModelRunner, "forward", forward)
-    monkeypatch.setattr(cache_mod.ModelRunner, "set_positions", never_back)
+    monkeypatch.setattr(programs, "decode_step", never_back)
     monkeypatch.setattr(engine_mod, "capacity_for", lambda n: buckets.kv_bucket(8 * n))  # room for what piles up
 
 

@@ -8,7 +8,7 @@ import torch
 
 from cactus_bench.core.decode import Engine, EngineOptions, Job, autoregressive_generate, graphs, speculative_generate
 from cactus_bench.core.decode import cache as cache_mod
-from cactus_bench.core.rules import build_rule
+from cactus_bench.core.rules import RULES, build_rule
 
 from ..helpers.models import tiny_pair
 from ..helpers.reference_laws import CONFIGS
@@ -59,6 +59,24 @@ def test_the_traced_forward_survives_overwritten_outputs(pair, overwritten):
     want = reference_greedy(pair[1], PROMPT, 30)
     assert greedy_tokens(pair, "sps", {}, compile="eager") == want
     assert greedy_tokens(pair, "speccas", {"variant": "token_v3", "alpha": 0.5}, compile="eager") == want
+
+
+@pytest.mark.parametrize("name", sorted(RULES))
+def test_a_compiled_round_decodes_the_eager_tokens_when_outputs_are_overwritten(name):
+    """Issue 51: the fast engine's round is two compiled calls (the whole draft; the verify with the rule's
+    decision and statistics), each handing its outputs to the next. Sampled at T = 1 with top-k (the output KL
+    measured), every rule's traced round under overwritten outputs decodes the eager engine's tokens, bit for
+    bit."""
+    pair = tiny_pair(vocab_size=24, logit_scale=3.0)
+
+    def tokens(compile):
+        g = torch.Generator().manual_seed(3)
+        options = dict(max_new_tokens=30, temperature=1.0, top_k=8, generator=g, compile=compile)
+        return speculative_generate(*pair, PROMPT, rule=build_rule(name), m=4, **options).tokens
+
+    want = tokens(None)
+    with graphs.overwritten_outputs():
+        assert tokens("eager") == want
 
 
 def test_sps_is_lossless_when_outputs_are_overwritten(small_pair, ar_law, overwritten):  # noqa: F811

@@ -204,6 +204,16 @@ class ForwardTimer:
             torch.cuda.synchronize(device)
 
 
+def argument_key(a) -> object:
+    """What a compiled program's signature holds of one argument (`ModelRunner.signature`)."""
+    if isinstance(a, Tensor):
+        return graphs.layout(a)
+    if isinstance(a, (list, tuple)):
+        return tuple(argument_key(x) for x in a)
+    key = getattr(a, "trace_key", None)
+    return key() if callable(key) else a
+
+
 POOL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {rows: RowCache}
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {signature: CompiledStep}
 
@@ -227,7 +237,7 @@ def empty_device_cache(model) -> None:
         torch.cuda.empty_cache()  # what was freed shows as free memory to the next measurement
 
 
-def _step(
+def decode_step(
     model,
     cache: RowCache,
     ids: Tensor,
@@ -303,59 +313,67 @@ class ModelRunner:
         """Run `ids` [B, n] at the rows' positions and advance them by n (unless the caller sets them before
         the next forward anyway: `advance=False` saves an op): the last `keep` positions' logits
         (only if `logits`) and warped probabilities, and with uniforms `u` [B, 1] a token [B, 1] sampled from the last
-        (`_step`). `reach` is the longest row's end after this forward (a host-side number: it picks the key
-        bucket without reading the device). What it returns is the caller's to keep: never graph memory."""
+        (`decode_step`). `reach` is the longest row's end after this forward."""
+        args = (self.model, self.cache, ids, keep, self.cache_kw, self.impl, vocab, warp, u, logits)
+        out = self.run(decode_step, args, reach)
+        if advance:
+            self.cache.pos.add_(ids.shape[1])
+        return out
+
+    def run(self, program, args: tuple, reach: int, forwards: int = 1) -> tuple:
+        """`program(*args)` (its first two arguments: this runner's model and cache; it returns a tuple of
+        tensors or None), compiled whole by a compiled runner, its forwards reading the key bucket of `reach`
+        (the longest row's end after them: a host-side number, so the bucket is picked without reading the
+        device). `forwards`: the model forwards it makes (the timer counts them). What it returns is the
+        caller's to keep: never graph memory."""
         timer = self.timer
         if timer is not None:
             timer._wait(self.device)
             start = time.perf_counter()
         self.cache.kv_len = kv_bucket(reach, self.capacity)
-        args = (self.model, self.cache, ids, keep, self.cache_kw, self.impl, vocab, warp, u, logits)
         emulated = graphs.OVERWRITE["on"]
         if emulated:
             graphs.overwrite_previous()
         with grouped_attention(self.model, self.grouped):
-            out = self._compiled(args) if self.compile else _step(*args)
+            out = self._compiled(program, args) if self.compile else program(*args)
         if emulated:
             graphs.OVERWRITE["pending"] = [t for t in out if t is not None]
         if self.graph_outputs or emulated:
             out = graphs.copy_out(out)
-        if advance:
-            self.cache.pos.add_(ids.shape[1])
         if timer is not None:
             timer._wait(self.device)
             timer.seconds += time.perf_counter() - start
-            timer.calls += 1
+            timer.calls += forwards
         return out
 
-    def signature(self, args: tuple) -> tuple:
-        """Everything a compiled step's guards check that can differ between this runner's calls: the tensor
-        arguments' layouts (a draft's uniforms are a column view whose stride is 2m + 1), the static arguments,
-        the key bucket, the cache, and the global state dynamo guards."""
-        _, cache, ids, keep, cache_kw, impl, vocab, warp, u, logits = args
-        weights = self.model.get_input_embeddings().weight
+    def signature(self, program, args: tuple) -> tuple:
+        """Everything a compiled program's guards check that can differ between this runner's calls: the
+        program, its arguments (tensors by layout: a draft's uniforms are column views whose stride is 2m + 1;
+        an object with a `trace_key`, a rule, by it; the rest by value), the key bucket, the cache, and the
+        global state dynamo guards."""
+        cache, weights = self.cache, self.model.get_input_embeddings().weight
         return (
-            self.compile, graphs.layout(ids), cache.kv_len, keep, cache_kw, impl, vocab, warp, graphs.layout(u), logits,
-            id(cache), cache.capacity, self.grouped, weights.dtype, weights.device,
+            program.__name__, self.compile, tuple(argument_key(a) for a in args[2:]), cache.kv_len, id(cache),
+            cache.capacity, self.grouped, weights.dtype, weights.device,
             torch.get_num_threads(), torch.is_grad_enabled(), torch.is_inference_mode_enabled(),
         )  # fmt: skip
 
-    def _compiled(self, args: tuple) -> tuple:
-        """The compiled step of this call's signature; a call that compiled a graph adds to COMPILES (and is
+    def _compiled(self, program, args: tuple) -> tuple:
+        """The compiled program of this call's signature; a call that compiled a graph adds to COMPILES (and is
         logged)."""
         assert self.compile is not None  # only compiled runners call this
         steps = _COMPILED.setdefault(self.model, {})
-        signature = self.signature(args)
+        signature = self.signature(program, args)
         step = steps.get(signature)
         if step is None:
             if len(steps) >= RECOMPILE_LIMIT:
                 raise graphs.RecompileLimitError(
                     f"{type(self.model).__name__} needed more than {RECOMPILE_LIMIT} compiled graphs (one per "
-                    f"forward width, key bucket and row count): every new one costs seconds of compiling inside "
-                    f"timed items. Fewer distinct shapes help: one batch_size per process, a smaller "
-                    f"max_gen_toks, or engine=eager."
+                    f"program, first draft width, key bucket and row count): every new one costs seconds of "
+                    f"compiling inside timed items. Fewer distinct shapes help: one batch_size per process, a "
+                    f"smaller max_gen_toks, or engine=eager."
                 )
-            step = steps[signature] = graphs.CompiledStep(_step, self.model, self.compile, signature, len(steps))
+            step = steps[signature] = graphs.CompiledStep(program, self.model, self.compile, signature, len(steps))
         start = time.perf_counter()
         out, new = step(args)
         if new:

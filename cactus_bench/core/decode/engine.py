@@ -8,10 +8,12 @@ stop strings. A speculative round, for all rows together:
           their second to last, so one shape serves every row), the rest one token each; p_j is warped, d_j
           sampled with the row's uniform. Every row drafts m tokens; a row's draft counts up to its first
           EOS and its token budget (decided on the device: the law of what is kept is that of drafting one
-          token at a time and stopping there). Only in a round where no row's budget reaches m (the end of a
-          sequence) are fewer steps taken: the most any row can use (the rest of the shapes stay m's).
+          token at a time and stopping there). In a round where no row's budget reaches m (the end of a
+          sequence) the eager engine takes fewer steps: the most any row can use (the shapes stay m's).
   verify  one verifier forward over each row's last committed token + its m drafts: q_1..q_{m+1}.
   accept  the rule decides every row at once (`Rule.verify` with n_drafts and the row's uniforms).
+          A compiled engine runs the draft as one graph and verify + accept + the round's statistics as
+          another (`programs`), and always takes m draft steps: one graph per first-step width and bucket.
   commit  the round's one host read: emitted tokens, accept counts, KL; rows commit their tokens, cut at
           EOS or the budget, and check stop strings. Rollback is setting positions for the next round.
 
@@ -28,24 +30,16 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
-from typing import Any
 
 import torch
 from torch import Tensor
 
-from cactus_bench.core.decode import graphs, memory
+from cactus_bench.core.decode import graphs, memory, programs
 from cactus_bench.core.decode.buckets import buckets_between, capacity_for
 from cactus_bench.core.decode.cache import ModelRunner, device_of, on, to_device
 from cactus_bench.core.decode.jobs import EngineOptions, Job, PhaseClock, RoundPlan, Row, cut_tokens
-from cactus_bench.core.decode.output_kl import output_kl, support_for
-from cactus_bench.core.decode.stats import (
-    GenerationOutput,
-    counted,
-    counted_drafts,
-    draft_budget,
-    round_columns,
-    through_eos,
-)
+from cactus_bench.core.decode.output_kl import support_for
+from cactus_bench.core.decode.stats import GenerationOutput, counted, draft_budget
 from cactus_bench.core.decode.warp import Warper
 from cactus_bench.core.rules import Rule, build_rule
 
@@ -143,7 +137,7 @@ class Engine:
         buckets = buckets_between(shortest, capacity)
         widths = {"verifier": [self.m + 1] if self.rule is not None else [1]}
         if self.rule is not None:
-            widths["drafter"] = [2, 1]  # the first step feeds one or two tokens, the rest one
+            widths["drafter"] = [2, 1]  # a whole draft whose first step feeds two tokens, or one
         parts = [f"{name} {len(w)} width(s) x {len(buckets)} buckets" for name, w in widths.items()]
         total = sum(len(w) for w in widths.values()) * len(buckets)
         return f"up to {total} graphs ({'; '.join(parts)}: {', '.join(map(str, buckets))} positions)"
@@ -165,8 +159,8 @@ class Engine:
         with torch.inference_mode():
             for runner in runners:  # caches allocate at their first (eager) prefill, never in a graph
                 runner.prefill(list(range(rows)), [[0]] * rows)
-            # the drafter's first step feeds two tokens, or one: at m = 1 no later step has that shape
-            lags = (2, 1) if self.m == 1 else (2,)
+            # the draft's first step feeds two tokens, or one: each its own graph of the whole draft
+            lags = (2, 1) if self.rule is not None else (1,)
             for bucket in todo:
                 length = max(bucket - lookahead, 2)  # every forward of the round reads this bucket's keys
                 for _, lag in itertools.product(range(2 if self.device.type == "cuda" else 1), lags):
@@ -218,16 +212,31 @@ class Engine:
 
     # --- one speculative round -------------------------------------------------------------------------
     def _round(self, slots: list[Row | None]) -> list[tuple[int, str]]:
-        """One speculative round for every row at once: draft → verify → accept → commit."""
+        """One speculative round for every row at once: draft → verify → accept → commit. A compiled engine
+        makes two calls (`programs`): the whole draft, then verify with the rule's decision and the round's
+        statistics (the rule's time is then the verify's)."""
         clock = PhaseClock(self.device, self.options.sync_timing)
         plan = self._plan(slots)
-        d, probs, raws, n_drafts = self._draft(plan)
+        steps = self.m if self.options.compile else plan.steps  # a graph per draft length would compile in items
+        d, p, raw_p = self._draft(plan, steps)
         t_draft = clock.lap()
-        v_logits, q = self._verify(plan, d)
-        t_verify = clock.lap()
-        host, measured_kl = self._accept(plan, d, probs, raws, n_drafts, v_logits, q)
+        rule, vm, m = self.rule, self.vm, self.m
+        assert rule is not None
+        fixed = (self.vocab, self.warp)
+        if self.options.compile:
+            decide_args = (vm.model, vm.cache, vm.cache_kw, vm.impl, plan.verify_at, plan.last, on(d, vm.device), p,
+                           raw_p, plan.u_verify, plan.budget, self.eos_ids, *fixed, rule, self.support)  # fmt: skip
+            (verdict,) = vm.run(programs.verify_and_decide, decide_args, plan.reach + m)
+            t_verify = clock.lap()
+        else:
+            args = (vm.model, vm.cache, vm.cache_kw, vm.impl, plan.verify_at, plan.last, d, *fixed, rule.needs_raw)
+            v_logits, q = vm.run(programs.verify, args, plan.reach + m)
+            t_verify = clock.lap()
+            verdict = programs.decide(rule, d, p, raw_p, q, v_logits, plan.u_verify, plan.budget, self.eos_ids,
+                                      self.support)  # fmt: skip
+        host = verdict.tolist()  # the round's one host read
         t_rule = clock.lap()
-        finished = self._commit_rows(slots, host, plan.steps, measured_kl, (t_draft, t_verify, t_rule))
+        finished = self._commit_rows(slots, host, steps, (t_draft, t_verify, t_rule))
         other = clock.lap()
         for row in slots:
             if row is not None:
@@ -242,8 +251,8 @@ class Engine:
         # the first draft step feeds what the drafter lacks (one token, or two if any row lacks two)
         lengths = [len(r.committed) if r is not None else 2 for r in slots]
         lag = max(r.lag for r in slots if r is not None)
-        # drafts no row's token budget can use are not drafted (a sequence's last round); their slots are
-        # filled later so every shape, and so every compiled graph, stays that of m drafts
+        # drafts no row's token budget can use are not drafted by the eager engine (a sequence's last round);
+        # their slots are filled later so every shape stays that of m drafts
         budgets = [draft_budget(m, r.left) if r is not None else 0 for r in slots]
         # one transfer, each a view of it: the drafter's and the verifier's write positions, each row's draft
         # budget, what the drafter is fed first, the verifier's first token
@@ -256,70 +265,21 @@ class Engine:
         draft_at, verify_at, budget, *first, last = given.unbind(1)
         return RoundPlan(u_drafts, u_verify, max(lengths), max(budgets), draft_at, verify_at, budget, first, last)
 
-    def _draft(self, plan: RoundPlan) -> tuple[Tensor, list[Tensor], list[Tensor], Tensor]:
-        """m drafts per row [B, m] (zeros past the steps taken), each step's p [B, 1, V], the raw
-        probabilities a rule may read, and each row's counted drafts [B]."""
-        m, dm, steps = self.m, self.dm, plan.steps
-        assert dm is not None and self.rule is not None  # a speculative engine has both
-        dm.set_positions(plan.draft_at)
-        x = torch.stack(plan.first, 1)  # [B, lag], contiguous: a draft's strides (compiled graphs guard them)
-        probs, raws, drafts = [], [], []
-        for j in range(steps):
-            # the last step leaves the positions: the next round sets them
-            logits, p, d = dm.forward(
-                x,
-                plan.reach + j,
-                1,
-                self.vocab,
-                self.warp,
-                plan.u_drafts[j],
-                self.rule.needs_raw,
-                advance=j < steps - 1,
-            )
-            assert d is not None  # sampled: uniforms were given
-            probs.append(p)
-            drafts.append(d)
-            if logits is not None:
-                raws.append(torch.softmax(logits[:, -1].float(), -1))
-            x = d
-        undrafted = (
-            [torch.zeros((len(plan.last), m - steps), dtype=torch.long, device=self.device)] if steps < m else []
-        )
-        d = torch.cat(drafts + undrafted, 1)
-        return d, probs, raws, counted_drafts(plan.budget, through_eos(d, self.eos_ids))
+    def _draft(self, plan: RoundPlan, steps: int) -> tuple[Tensor, Tensor, Tensor | None]:
+        """`programs.draft` on the drafter: m drafts per row [B, m] (zeros past `steps`), their p
+        [B, steps, V], and the raw probabilities a rule may read."""
+        dm, rule = self.dm, self.rule
+        assert dm is not None and rule is not None  # a speculative engine has both
+        args = (dm.model, dm.cache, dm.cache_kw, dm.impl, plan.draft_at, plan.first, plan.u_drafts, steps, self.m,
+                self.vocab, self.warp, rule.needs_raw)  # fmt: skip
+        return dm.run(programs.draft, args, programs.draft_reach(plan.reach, self.m), forwards=steps)
 
-    def _verify(self, plan: RoundPlan, d: Tensor) -> tuple[Tensor | None, Tensor]:
-        """One verifier forward over each row's last committed token and its m drafts: (raw logits when the
-        rule reads them, q [B, m+1, V])."""
-        self.vm.set_positions(plan.verify_at)
-        ids = torch.cat([plan.last.unsqueeze(1), on(d, self.vm.device)], 1)
-        assert self.rule is not None
-        v_logits, q, _ = self.vm.forward(
-            ids, plan.reach + self.m, self.m + 1, self.vocab, self.warp, logits=self.rule.needs_raw, advance=False
-        )
-        return v_logits, on(q, self.device)  # a verifier spread by device_map: its last GPU
-
-    def _accept(self, plan, d, probs, raws, n_drafts, v_logits, q) -> tuple[list[list[float]], bool]:
-        """The rule decides every row; the round's one host read: drafts, sampled token, counted columns."""
-        m, steps, rule = self.m, plan.steps, self.rule
-        assert rule is not None
-        # an undrafted slot gets p = q there: past every row's n_drafts, so never decided, and finite in
-        # every per-position quantity the rule computes (a KL of q against itself is 0)
-        p = torch.cat(probs + ([q[:, steps:m]] if steps < m else []), 1)  # [B, m, V]
-        raw: dict[str, Any] = {}
-        if v_logits is not None:
-            target_raw = torch.softmax(v_logits.to(self.device).float(), -1)
-            raws = raws + (list(target_raw[:, steps:m].unbind(1)) if steps < m else [])
-            raw = {"draft_raw": torch.stack(raws, 1), "target_raw": target_raw}
-        v = rule.verify(p, q, d, uniforms=plan.u_verify, n_drafts=n_drafts, check=False, return_kl=True, **raw)
-        out_kl, fits = output_kl(rule, p, q[:, :m], self.support, raw)
-        stats = round_columns(v.passed, n_drafts, v.kl, out_kl, fits)  # what every backend counts, one way
-        return torch.cat([d, v.sampled, stats], 1).tolist(), v.kl is not None  # (float64)
-
-    def _commit_rows(self, slots, host, steps: int, measured_kl: bool, times) -> list[tuple[int, str]]:
+    def _commit_rows(self, slots, host, steps: int, times) -> list[tuple[int, str]]:
         """Each row commits its accepted drafts and the sampled token, cut at EOS or its budget, and checks
         its stop strings; returns the rows that finished, with why."""
         m, finished = self.m, []
+        assert self.rule is not None
+        measures_kl = self.rule.measures_kl
         for b, row in enumerate(slots):
             if row is None:
                 continue
@@ -331,7 +291,7 @@ class Engine:
             row.lag = 2 if n == steps else 1  # it never fed its last draft; after a rejection it has d_1..d_n
             if reason is None and row.job.stop is not None and row.job.stop(row.generated):
                 reason = "stop"
-            row.has_kl = row.has_kl or measured_kl
+            row.has_kl = row.has_kl or measures_kl
             row.rounds.record(c, accepted=min(n, len(tokens)), emitted=len(tokens), times=times)
             if reason is not None:
                 finished.append((b, reason))

@@ -7,6 +7,7 @@ import torch
 from torch import Tensor
 
 from cactus_bench.core.rules import Rule
+from cactus_bench.core.rules.base import constant
 
 
 def support_for(top_k: int, greedy: bool) -> int | None:
@@ -16,18 +17,10 @@ def support_for(top_k: int, greedy: bool) -> int | None:
 
 
 def unmeasured(shape: torch.Size, device: torch.device) -> tuple[Tensor, Tensor]:
-    """No output KL and no support that fit, at every position: made once per shape (an eager round would
-    dispatch two ops every round to make them anew); read only."""
-    key = (shape, device)
-    if key not in _UNMEASURED:
-        _UNMEASURED[key] = (
-            torch.zeros(shape, dtype=torch.float64, device=device),
-            torch.zeros(shape, dtype=torch.bool, device=device),
-        )
-    return _UNMEASURED[key]
-
-
-_UNMEASURED: dict[tuple[torch.Size, torch.device], tuple[Tensor, Tensor]] = {}
+    """No output KL and no support that fit, at every position (read only: `constant`s)."""
+    kl = constant(("no output KL", shape, device), lambda: torch.zeros(shape, dtype=torch.float64, device=device))
+    fits = constant(("no support fit", shape, device), lambda: torch.zeros(shape, dtype=torch.bool, device=device))
+    return kl, fits
 
 
 def output_kl(rule: Rule, p: Tensor, q: Tensor, support: int | None, raw: dict | None = None) -> tuple[Tensor, Tensor]:

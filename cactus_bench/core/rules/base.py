@@ -69,7 +69,10 @@ def general_accept(h_n: Tensor, p_n: Tensor) -> Tensor:
 
 def constant(key: tuple, make: Callable[[], Tensor]) -> Tensor:
     """The tensor `make` builds, made once per `key` and read only: an eager decode round asks for the same
-    few every round, and each would be one more dispatched op (on a GPU, a launch)."""
+    few every round, and each would be one more dispatched op (on a GPU, a launch). A compiled graph builds it
+    in place instead (it is part of the graph, and a dict read there would be one more guard to fail)."""
+    if torch.compiler.is_compiling():
+        return make()
     if key not in _CONSTANTS:
         _CONSTANTS[key] = make()
     return _CONSTANTS[key]
@@ -147,6 +150,16 @@ class Rule(ABC):
         emits: see `output_laws`); None for target-free rules."""
         h = self.target(p, q, n, **raw)
         return None if h is None else kl(h, q)
+
+    @property
+    def measures_kl(self) -> bool:
+        """Whether ``verify(..., return_kl=True)`` gives a target KL: rules that verify against a target."""
+        return type(self).target is not Rule.target or type(self).target_kl is not Rule.target_kl
+
+    def trace_key(self) -> tuple:
+        """What a compiled graph of this rule's decision depends on (a decode engine keys its graphs by it):
+        the rule and its parameters."""
+        return (type(self), repr(self))
 
     def params(self) -> dict:
         return {k: v for k, v in vars(self).items() if not k.startswith("_")}

@@ -56,6 +56,9 @@ class Mentored(Rule):
             lo, hi = ends.gather(-2, k), ends.gather(-2, k + 1)
         return hi.view(shape)
 
+    def trace_key(self) -> tuple:
+        return (*super().trace_key(), tuple(sorted(WAY_ELEMENTS.items())))  # the search a graph was traced with
+
     def prepare(self, p, q, n, **raw):
         return {"beta": self.beta(p, q)}  # one search per position, shared by the three functions below
 

@@ -58,10 +58,10 @@ def top_level_ops(prof) -> tuple[Counter, int]:
 
 
 # The part of a round that dispatched a top-level op: the first of this package's frames on its Python stack,
-# from the outermost in, that is not the loop itself (engine.py) or a model runner's dispatch (cache.py's
-# forward, _step, _compiled); an op with transformers' model code on its stack is the models' forward (the
-# code transformers' own generate runs too). What the round calls is then counted whole: the output-KL
-# measurement's calls into the rule are the output KL's, the rule's decision the rule's.
+# from the outermost in, that is not the loop itself (engine.py, programs.py) or a model runner's dispatch
+# (cache.py's forward, run, decode_step, _compiled); an op with transformers' model code on its stack is the
+# models' forward (the code transformers' own generate runs too). What the round calls is then counted whole:
+# the output-KL measurement's calls into the rule are the output KL's, the rule's decision the rule's.
 PARTS = (
     ("core/decode/warp.py", "warp"),
     ("core/rules/base.py:sample_", "sampling"),
@@ -70,9 +70,14 @@ PARTS = (
     ("core/decode/stats.py", "statistics"),
     ("core/decode/cache.py", "cache and masks"),
     ("core/decode/engine.py", "bookkeeping"),
+    ("core/decode/programs.py", "bookkeeping"),
 )
 FORWARD = "model forwards"
-DISPATCH = tuple(f"core/decode/{f}" for f in ("engine.py:", "cache.py:forward", "cache.py:_step", "cache.py:_compiled"))
+DISPATCH = tuple(
+    f"core/decode/{f}"
+    for f in ("engine.py:", "programs.py:", "cache.py:forward", "cache.py:run", "cache.py:decode_step",
+              "cache.py:_compiled")
+)  # fmt: skip
 
 
 def part_of(stack: list[str]) -> str:
