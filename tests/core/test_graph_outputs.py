@@ -61,13 +61,19 @@ def test_the_traced_forward_survives_overwritten_outputs(pair, overwritten):
     assert greedy_tokens(pair, "speccas", {"variant": "token_v3", "alpha": 0.5}, compile="eager") == want
 
 
+@pytest.fixture(scope="module")
+def round_pair():
+    """One pair for every rule: the draft's graphs do not depend on the rule, so they trace once."""
+    return tiny_pair(vocab_size=24, logit_scale=3.0)
+
+
 @pytest.mark.parametrize("name", sorted(RULES))
-def test_a_compiled_round_decodes_the_eager_tokens_when_outputs_are_overwritten(name):
+def test_a_compiled_round_decodes_the_eager_tokens_when_outputs_are_overwritten(round_pair, name):
     """Issue 51: the fast engine's round is two compiled calls (the whole draft; the verify with the rule's
     decision and statistics), each handing its outputs to the next. Sampled at T = 1 with top-k (the output KL
     measured), every rule's traced round under overwritten outputs decodes the eager engine's tokens, bit for
     bit."""
-    pair = tiny_pair(vocab_size=24, logit_scale=3.0)
+    pair = round_pair
 
     def tokens(compile):
         g = torch.Generator().manual_seed(3)
