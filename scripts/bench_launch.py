@@ -88,7 +88,10 @@ def main():
         "\nWhere a round's time goes (ms per round, profiled without stacks, one thread; `perf.launch.round_times`): "
         "the compiled calls it makes, the kernels every loop runs (GEMMs, attention), the code torch.compile "
         "generated, dynamo around each compiled call (its region, cache lookup and guards), the other ops (eager: "
-        "the models' other ops and the loop's own; fast: the loop's own), and Python outside any op.\n\n"
+        "the models' other ops and the loop's own; fast: the loop's own), and Python outside any op. On a CPU, "
+        "inductor's C++ wrapper runs most of the fast engine's GEMMs and attention inside its compiled code, where "
+        "the profiler does not split them out: the fast rows' GEMMs and attention are a lower bound, their compiled "
+        "code an upper one.\n\n"
     )
     md += "| engine | model | compiled calls | round | " + " | ".join([*TIME_PARTS, PYTHON]) + " |\n"
     md += "|---|---|---|---|" + "---|" * (len(TIME_PARTS) + 1) + "\n" + "\n".join(times) + "\n"

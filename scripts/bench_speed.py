@@ -302,9 +302,10 @@ def main():
         "",
         "Where a round's time goes (ms per verifier call: m drafts and one verify; one prompt profiled after the "
         "timed runs, so each op carries the profiler's ~1 µs): GEMMs and attention are the same kernels in every "
-        "loop, compiled code and dynamo are what torch.compile runs per call (on a CPU inductor's C++ wrapper "
-        "calls the fast loop's GEMMs and attention inside its compiled code, unseen by the profiler: that row's "
-        "GEMMs and attention are its eager prefill's), other ops are the models' other "
+        "loop, compiled code and dynamo are what torch.compile runs per call (on a CPU, inductor's C++ wrapper "
+        "runs most of the fast loop's GEMMs and attention inside its compiled code, where the profiler does not "
+        "split them out: the fast rows' GEMMs and attention are a lower bound, their compiled code an upper "
+        "one), other ops are the models' other "
         "eager ops and the loop's own, Python is the time no op holds. The ceiling is HF's timed round over its "
         "GEMMs: the per-call ratio no engine passes on this CPU.",
         "",
