@@ -407,11 +407,11 @@ def test_no_graph_is_compiled_while_an_item_is_timed(speculative_rule, m):
 def test_each_model_has_its_own_recompile_limit_and_passing_it_is_an_error(monkeypatch):
     """Graphs are counted per model (each compiles its own copy of the step), and a model that needs more
     than the limit stops with one paragraph instead of dynamo's silent fall-back to eager forwards."""
-    monkeypatch.setattr(cache_mod, "RECOMPILE_LIMIT", 2)  # the drafter needs 2 graphs here, the verifier 1
+    monkeypatch.setattr(graphs, "RECOMPILE_LIMIT", 2)  # the drafter needs 2 graphs here, the verifier 1
     drafter, verifier = fresh_pair()
     engine = Engine(verifier, drafter, build_rule("sps"), 3, options=EngineOptions(1, "eager"))
     decode(engine, jobs([[1, 2, 3]], new_tokens=12))  # 3 graphs in all: a shared limit of 2 would trip
-    monkeypatch.setattr(cache_mod, "RECOMPILE_LIMIT", 1)
+    monkeypatch.setattr(graphs, "RECOMPILE_LIMIT", 1)
     drafter, verifier = fresh_pair()
     engine = Engine(verifier, drafter, build_rule("sps"), 3, options=EngineOptions(1, "eager"))
     with pytest.raises(graphs.RecompileLimitError, match="more than 1 compiled graphs"):
@@ -445,7 +445,7 @@ def test_a_compiled_steps_signature_holds_everything_its_guards_check(monkeypatc
     monkeypatch.setattr(graphs, "SKIP_GUARDS", False)
     drafter, verifier = fresh_pair()
     varied_decodes(drafter, verifier)
-    steps = [step for model in (drafter, verifier) for step in cache_mod._COMPILED[model].values()]
+    steps = [step for model in (drafter, verifier) for step in graphs.COMPILED[model].values()]
     assert len(steps) >= 6 and all(step.calls >= 1 for step in steps)
     full = cache_mod.ModelRunner.signature
     monkeypatch.setattr(cache_mod.ModelRunner, "signature", without_warper(full))

@@ -18,7 +18,6 @@ position cannot be rolled back. The window is applied by the attention mask this
 from __future__ import annotations
 
 import inspect
-import logging
 import time
 import weakref
 
@@ -31,11 +30,6 @@ from cactus_bench.core.decode.attention import grouped_attention, uses_grouped_a
 from cactus_bench.core.decode.buckets import kv_bucket
 from cactus_bench.core.rules.base import positions as positions_of
 
-log = logging.getLogger("cactus_bench")
-
-# One compiled graph per call signature (new tokens, key bucket, rows, ...) of one model, at most this many per
-# model: a run that needs more stops with one paragraph (each new graph is seconds of compiling in a timed item).
-RECOMPILE_LIMIT = 64
 MASK_FORMATS = ("sdpa", "eager")  # attention implementations whose masks this module builds
 PREFILL = "cactus::prefill"  # the profiler's name for a row's prefill
 
@@ -204,18 +198,7 @@ class ForwardTimer:
             torch.cuda.synchronize(device)
 
 
-def argument_key(a) -> object:
-    """What a compiled program's signature holds of one argument (`ModelRunner.signature`)."""
-    if isinstance(a, Tensor):
-        return graphs.layout(a)
-    if isinstance(a, (list, tuple)):
-        return tuple(argument_key(x) for x in a)
-    key = getattr(a, "trace_key", None)
-    return key() if callable(key) else a
-
-
 POOL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {rows: RowCache}
-_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {signature: CompiledStep}
 
 
 def pooled_cache(model, rows: int, capacity: int) -> RowCache:
@@ -353,42 +336,16 @@ class ModelRunner:
         global state dynamo guards."""
         cache, weights = self.cache, self.model.get_input_embeddings().weight
         return (
-            program.__name__, self.compile, tuple(argument_key(a) for a in args[2:]), cache.kv_len, id(cache),
+            program.__name__, self.compile, tuple(graphs.argument_key(a) for a in args[2:]), cache.kv_len, id(cache),
             cache.capacity, self.grouped, weights.dtype, weights.device,
             torch.get_num_threads(), torch.is_grad_enabled(), torch.is_inference_mode_enabled(),
         )  # fmt: skip
 
     def _compiled(self, program, args: tuple) -> tuple:
-        """The compiled program of this call's signature; a call that compiled a graph adds to COMPILES (and is
-        logged)."""
+        """The compiled program of this call's signature (`graphs.compiled_call`)."""
         assert self.compile is not None  # only compiled runners call this
-        steps = _COMPILED.setdefault(self.model, {})
-        signature = self.signature(program, args)
-        step = steps.get(signature)
-        if step is None:
-            if len(steps) >= RECOMPILE_LIMIT:
-                raise graphs.RecompileLimitError(
-                    f"{type(self.model).__name__} needed more than {RECOMPILE_LIMIT} compiled graphs (one per "
-                    f"program, first draft width, key bucket and row count): every new one costs seconds of "
-                    f"compiling inside timed items. Fewer distinct shapes help: one batch_size per process, a "
-                    f"smaller max_gen_toks, or engine=eager."
-                )
-            step = steps[signature] = graphs.CompiledStep(program, self.model, self.compile, signature, len(steps))
-        start = time.perf_counter()
-        out, new = step(args)
-        if new:
-            took = time.perf_counter() - start
-            graphs.COMPILES.graphs += new
-            graphs.COMPILES.seconds += took
-            log.info(
-                "compiled %d graph(s) of %s in %.1fs (rows %d, %d keys)",
-                new,
-                type(self.model).__name__,
-                took,
-                self.rows,
-                self.cache.kv_len,
-            )
-        return out
+        where = f"rows {self.rows}, {self.cache.kv_len} keys"
+        return graphs.compiled_call(program, self.model, self.compile, self.signature(program, args), args, where)
 
     def prefill(self, rows: list[int], prompts: list[list[int]]) -> None:
         """Fill each row with the keys/values of its tokens (positions 0..len-1): one eager forward of those

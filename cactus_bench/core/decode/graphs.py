@@ -15,13 +15,18 @@ warm-up keeps them out of every timed item.
 from __future__ import annotations
 
 import contextlib
+import logging
+import time
 import types
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
+
+log = logging.getLogger("cactus_bench")
 
 
 def device_type(model) -> str:
@@ -142,3 +147,44 @@ class CompiledStep:
                 f"engine=eager (or cactus_bench.core.decode.graphs.SKIP_GUARDS = False) avoids it."
             )
         return out, new
+
+
+def argument_key(a) -> object:
+    """What a compiled program's signature holds of one argument (`ModelRunner.signature`)."""
+    if isinstance(a, Tensor):
+        return layout(a)
+    if isinstance(a, (list, tuple)):
+        return tuple(argument_key(x) for x in a)
+    key = getattr(a, "trace_key", None)
+    return key() if callable(key) else a
+
+
+# One compiled graph per call signature (program, shapes, key bucket, rows, ...) of one model, at most this many
+# per model: a run that needs more stops with one paragraph (each new graph is seconds of compiling in a timed
+# item).
+RECOMPILE_LIMIT = 64
+COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {signature: CompiledStep}
+
+
+def compiled_call(program: Callable, model, backend: str, signature: tuple, args: tuple, where: str) -> tuple:
+    """`program(*args)` through the model's compiled step for `signature` (made at its first call); a call that
+    compiled a graph adds to COMPILES and is logged with `where` (the runner's rows and key bucket)."""
+    steps = COMPILED.setdefault(model, {})
+    step = steps.get(signature)
+    if step is None:
+        if len(steps) >= RECOMPILE_LIMIT:
+            raise RecompileLimitError(
+                f"{type(model).__name__} needed more than {RECOMPILE_LIMIT} compiled graphs (one per program, "
+                f"first draft width, key bucket and row count): every new one costs seconds of compiling inside "
+                f"timed items. Fewer distinct shapes help: one batch_size per process, a smaller max_gen_toks, "
+                f"or engine=eager."
+            )
+        step = steps[signature] = CompiledStep(program, model, backend, signature, len(steps))
+    start = time.perf_counter()
+    out, new = step(args)
+    if new:
+        took = time.perf_counter() - start
+        COMPILES.graphs += new
+        COMPILES.seconds += took
+        log.info("compiled %d graph(s) of %s in %.1fs (%s)", new, type(model).__name__, took, where)
+    return out

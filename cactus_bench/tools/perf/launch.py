@@ -59,9 +59,10 @@ def top_level_ops(prof) -> tuple[Counter, int]:
 
 # The part of a round that dispatched a top-level op: the first of this package's frames on its Python stack,
 # from the outermost in, that is not the loop itself (engine.py, programs.py) or a model runner's dispatch
-# (cache.py's forward, run, decode_step, _compiled); an op with transformers' model code on its stack is the
-# models' forward (the code transformers' own generate runs too). What the round calls is then counted whole:
-# the output-KL measurement's calls into the rule are the output KL's, the rule's decision the rule's.
+# (cache.py's forward, run, decode_step, _compiled; graphs.py's compiled call); an op with transformers' model
+# code on its stack is the models' forward (the code transformers' own generate runs too). What the round calls
+# is then counted whole: the output-KL measurement's calls into the rule are the output KL's, the rule's
+# decision the rule's.
 PARTS = (
     ("core/decode/warp.py", "warp"),
     ("core/rules/base.py:sample_", "sampling"),
@@ -76,7 +77,7 @@ FORWARD = "model forwards"
 DISPATCH = tuple(
     f"core/decode/{f}"
     for f in ("engine.py:", "programs.py:", "cache.py:forward", "cache.py:run", "cache.py:decode_step",
-              "cache.py:_compiled")
+              "cache.py:_compiled", "graphs.py:compiled_call", "graphs.py:__call__")
 )  # fmt: skip
 
 

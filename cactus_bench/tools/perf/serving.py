@@ -245,10 +245,10 @@ def run_sweep(
     row cache, so interleaving batch sizes would rebuild it at every switch and, on the fast engine, recompile
     its graphs inside timed decodes. The fast engine's graphs (one per forward width, key bucket, row count and
     cache) outnumber a run's limit over a sweep: every one is compiled in a warm-up."""
-    from cactus_bench.core.decode import cache
+    from cactus_bench.core.decode import graphs
 
-    limit = cache.RECOMPILE_LIMIT
-    cache.RECOMPILE_LIMIT = max(limit, 64 * len(decoders))
+    limit = graphs.RECOMPILE_LIMIT
+    graphs.RECOMPILE_LIMIT = max(limit, 64 * len(decoders))
     timed: dict[Cell, list[Decoded]] = {cell: [] for cell in decoders}
     rng = random.Random(seed)
     try:
@@ -263,7 +263,7 @@ def run_sweep(
                     timed[cell].append(decode_workload(decoders[cell], requests))
                 log(f"B={batch}: repeat {r + 1}/{repeats} done")
     finally:
-        cache.RECOMPILE_LIMIT = limit
+        graphs.RECOMPILE_LIMIT = limit
     return timed
 
 
