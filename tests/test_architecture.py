@@ -440,7 +440,8 @@ def test_defaults_live_once():
         for f in dataclasses.fields(DecodeSpec)
         if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
     ]
-    assert with_defaults == ["paired_timing", "settings", "options"]  # run-level switches, not decode values
+    # run-level switches, not decode values
+    assert with_defaults == ["paired_timing", "statistics", "settings", "options"]
 
 
 def test_a_run_computes_its_identity_once(small_pair_dir, tmp_path, monkeypatch):

@@ -39,6 +39,28 @@ def test_a_batched_run_times_its_sample_and_withholds_task_time(small_pair_dir, 
     assert "n=3" in sps and "withheld, the runs were decoded in batches" in md
 
 
+def test_the_timing_sample_times_decodes_without_the_kl_statistics(small_pair_dir, tmp_path, monkeypatch):
+    """The timed decodes' statistics are dropped (the run's are the batched decode's), so they leave out the
+    target and output KL, as the authors' timed code does; the batched decode that the KLs come from keeps
+    them, and so do the decodes of paired_timing=true, whose statistics are the run's."""
+    from cactus_bench.core.decode import engine as engine_mod
+
+    built = []
+    real = engine_mod.Engine.__init__
+
+    def spy(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        built.append((self.options.batch_size, self.rule is not None, self.kl))
+
+    monkeypatch.setattr(engine_mod.Engine, "__init__", spy)
+    summary = run_cell("cactus", "batch_size=4", "timing_sample=2", results=tmp_path, pair_dir=small_pair_dir)
+    assert summary["target_kl"] is not None and summary["paired_speedup_n"] == 2
+    assert (4, True, True) in built and (1, True, False) in built and (1, False, False) in built, built
+    built.clear()
+    run_cell("cactus", "paired_timing=true", results=tmp_path / "paired", pair_dir=small_pair_dir, limit=2)
+    assert (1, True, True) in built and all(kl for _, _, kl in built), built
+
+
 def test_every_reader_shows_a_timed_metric_with_the_same_caveat(small_pair_dir, tmp_path, monkeypatch):
     """SpS against a verifier-alone run decoded in batches: the task-time speedup is withheld (a batched
     item's wall time is not its own) by the table, Figure 3, W&B and the CLI's last lines alike, each

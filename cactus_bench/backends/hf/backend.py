@@ -103,6 +103,7 @@ class HFDecoder:
         options = EngineOptions(
             batch_size=spec.batch_size,
             compile=COMPILE_BACKEND if self.engine_name == "fast" else None,
+            statistics=spec.statistics,
             **spec.options,
         )
         self.engine = Engine(

@@ -99,6 +99,9 @@ class DecodeSpec:
     engine: str  # the backend's engine option (hf: eager | fast | auto)
     batch_size: int | str  # requests decoded at once; auto: as many as fit the device's memory
     paired_timing: bool = False  # also decode each request with the verifier alone, back to back
+    # compute the KL statistics (target and output KL); off for a decode whose statistics are dropped (the
+    # timing sample): it times what the authors' code times, the decision without them
+    statistics: bool = True
     settings: dict = field(default_factory=dict)  # the backend's own settings (conf/engine: engine.* but backend, name)
     options: dict = field(default_factory=dict, compare=False)  # backend extras for benchmarks (a forward timer)
 

@@ -55,6 +55,7 @@ class EngineOptions:
     warm_up: bool = True  # compiled forwards: compile (on CUDA, record) every graph before the first item
     sync_timing: bool = False  # synchronise CUDA at phase boundaries so phase times are exact (costs time)
     forward_timer: ForwardTimer | None = None  # accumulates time inside decode forwards (benchmarks)
+    statistics: bool = True  # compute the target and output KL each round (off: not measured, not timed)
 
 
 @dataclass

@@ -58,12 +58,12 @@ def verify(model, cache, cache_kw, impl, at, last, d, vocab, warp, want_logits):
     return logits, q
 
 
-def decide(rule, d, p, raw_p, q, v_logits, u_verify, budget, eos_ids, support):
+def decide(rule, d, p, raw_p, q, v_logits, u_verify, budget, eos_ids, support, kl=True):
     """The rule decides every row; what the round reads back, one [B, m + 1 + 8] float64 tensor: the drafts,
     the sampled token, the counted columns (`round_columns`). `p` (and `raw_p`) may hold fewer positions than
     `d`, or be None (a round that drafted fewer steps, or none): a slot past them gets p = q, never decided
     (it is past every row's counted drafts) and finite in every per-position quantity a rule computes (a KL of
-    q against itself is 0)."""
+    q against itself is 0). `kl`: compute the target KL; `support`: the output KL's (None: not computed)."""
     m, steps = d.shape[1], 0 if p is None else p.shape[1]
     q = on(q, d.device)  # a verifier spread by device_map: its last device
     n_drafts = counted_drafts(budget, through_eos(d, eos_ids))
@@ -75,15 +75,15 @@ def decide(rule, d, p, raw_p, q, v_logits, u_verify, budget, eos_ids, support):
         if steps < m:
             raw_p = target_raw[:, :m] if raw_p is None else torch.cat([raw_p, target_raw[:, steps:m]], 1)
         raw = {"draft_raw": raw_p, "target_raw": target_raw}
-    v = rule.verify(p, q, d, uniforms=u_verify, n_drafts=n_drafts, check=False, return_kl=True, **raw)
+    v = rule.verify(p, q, d, uniforms=u_verify, n_drafts=n_drafts, check=False, return_kl=kl, **raw)
     out_kl, fits = output_kl(rule, p, q[:, :m], support, raw)
     stats = round_columns(v.passed, n_drafts, v.kl, out_kl, fits)  # what every backend counts, one way
     return torch.cat([d, v.sampled, stats], 1)  # (float64)
 
 
 def verify_and_decide(model, cache, cache_kw, impl, at, last, d, p, raw_p, u_verify, budget, eos_ids, vocab,
-                      warp, rule, support):  # fmt: skip
+                      warp, rule, support, kl=True):  # fmt: skip
     """`verify` then `decide`: the fast engine's second call of a round, as one graph. Returns (the round's
     read-back tensor,)."""
     v_logits, q = verify(model, cache, cache_kw, impl, at, last, d, vocab, warp, rule.needs_raw)
-    return (decide(rule, d, p, raw_p, q, v_logits, u_verify, budget, eos_ids, support),)
+    return (decide(rule, d, p, raw_p, q, v_logits, u_verify, budget, eos_ids, support, kl),)
