@@ -20,7 +20,7 @@ ENGINES = {"eager": None, "fast": "inductor"}
 
 def embedded_prompts(n: int):
     from cactus_bench.adapters.embedded import arith
-    from cactus_bench.adapters.embedded.build import ensure_pair
+    from cactus_bench.adapters.embedded.install import ensure_pair
     from cactus_bench.backends.hf.loader import load_pair
 
     folder = ensure_pair()

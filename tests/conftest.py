@@ -9,7 +9,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest  # noqa: E402
 
-from cactus_bench.adapters.embedded.build import ensure_pair  # noqa: E402
+from cactus_bench.adapters.embedded.install import ensure_pair  # noqa: E402
 
 from .helpers.paths import DATA, SMALL_SPEC  # noqa: E402
 

@@ -109,9 +109,12 @@ def test_demo_shows_the_accuracy_acceptance_trade_off(demo):
     """The demo reproduces the paper's qualitative claims on the embedded task, each with its paired 95 %
     interval against the verifier alone (docs/statistics.md): SpS's difference is consistent with 0; TAS
     accepts more but scores lower (its interval lies below 0); Cactus accepts more than SpS and its
-    difference is consistent with 0; larger δ accepts more and strays further (target KL). Speedups come
-    with their intervals."""
+    difference is consistent with 0; larger δ accepts more and strays further (target KL). And the paper's
+    cost regime: a drafter step at most 0.15 of a verifier step (c), SpS at least 1.3× the verifier alone with
+    its interval above 1, Cactus more tokens a round than SpS and never measurably slower (their paired
+    ratio); every speedup with its interval and the cost model's prediction inside it."""
     from cactus_bench.core import intervals
+    from cactus_bench.core.metrics.cost_model import paired_speedup_vs_sps
 
     out, results, env = demo
     spec = load_spec(ROOT / "sweeps" / "demo.yaml")
@@ -125,15 +128,26 @@ def test_demo_shows_the_accuracy_acceptance_trade_off(demo):
     }
     ver, sps, tas = by_label["Verifier"], by_label["SpS"], by_label["TAS"]
     cactus = sorted((row["delta"], by_label[row["label"]]) for row in spec["rows"] if row["method"] == "cactus")
-    assert 60 <= ver["score"] <= 90, ver["score"]
+    assert 75 <= ver["score"] <= 90, ver["score"]
     assert delta["SpS"].low <= 0 <= delta["SpS"].high, delta["SpS"]
-    assert tas["accepted_length"] > sps["accepted_length"]
+    assert tas["accepted_length"] == max(s["accepted_length"] for label, s in by_label.items() if label != "Verifier")
     assert delta["TAS"].high < 0, delta["TAS"]
+    # the paper's cost regime (a drafter step at most 0.15 of a verifier step), and what it buys: SpS faster
+    # than the verifier alone beyond its interval
+    assert sps["paired_speedup"] >= 1.3 and sps["paired_speedup_ci"][0] > 1, (
+        sps["paired_speedup"],
+        sps["paired_speedup_ci"],
+    )
     for row in spec["rows"]:
         if row["method"] == "cactus":
             c, d = by_label[row["label"]], delta[row["label"]]
             assert c["accepted_length"] > sps["accepted_length"], row["label"]
             assert d.low <= 0 <= d.high, (row["label"], d)
+            # its paired ratio over SpS: never measurably below 1 (the ~3 % its higher τ buys is about what
+            # 25 timed items resolve, so the point estimate alone would be a coin toss near 1)
+            vs_sps = paired_speedup_vs_sps(found[row["label"]].samples, found["SpS"].samples)
+            assert vs_sps is not None and vs_sps.high > 1, (row["label"], vs_sps)
+            assert c["tau"] > sps["tau"], row["label"]
     assert len(cactus) >= 2
     for (_, small), (_, large) in zip(cactus, cactus[1:]):
         assert large["accepted_length"] > small["accepted_length"]
@@ -145,7 +159,7 @@ def test_demo_shows_the_accuracy_acceptance_trade_off(demo):
             # the cost model: its prediction (the timed items' step costs, the run's acceptance) lies inside
             # the measured speedup's interval, and it names what a draft costs
             assert low <= s["predicted_speedup"] <= high, (label, s["predicted_speedup"], low, high)
-            assert 0 < s["cost_ratio"] < 1 and 0 < s["outside_share"] < 1
+            assert 0 < s["cost_ratio"] <= 0.15 and 0 < s["outside_share"] < 1, (label, s["cost_ratio"])
     table = out.stdout
     assert "speedup (paired, ratio of totals)" in table and "speedup (paired, mean of items)" in table
     assert "speedup vs SpS (paired)" in table and "speedup (predicted, cost model)" in table

@@ -11,8 +11,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import torch
-
 PACKAGES = (
     "torch",
     "transformers",
@@ -89,6 +87,8 @@ def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str | None:
 
 def environment_info() -> dict:
     """Package versions, git commit and hardware: stored with every result."""
+    import torch  # here, not at the top: atomic files and the git commit serve tools that never load torch
+
     versions = {}
     for name in PACKAGES:
         try:

@@ -3,7 +3,7 @@
 import copy
 from pathlib import Path
 
-from cactus_bench.adapters.embedded.build import SPEC
+from cactus_bench.adapters.embedded.recipes import SPEC
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"  # ../shared/data beside the checkout
 

@@ -17,7 +17,7 @@ PREFIX = "embedded:"
 def ensure(pair: str, cache: str | Path | None = None, log: Callable[[str], None] = print) -> Path:
     """The embedded pair's folder, made first if it is missing, partial or corrupt."""
     if pair == "tiny":
-        from cactus_bench.adapters.embedded.build import ensure_pair
+        from cactus_bench.adapters.embedded.install import ensure_pair
 
         return ensure_pair(cache, log=log)
     from cactus_bench.adapters.embedded.smollm2 import ensure_smollm2

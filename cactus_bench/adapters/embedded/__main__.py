@@ -8,8 +8,9 @@ import sys
 import time
 
 from cactus_bench.adapters.embedded import shipped
-from cactus_bench.adapters.embedded.build import SPEC, default_cache_dir, ensure_pair, format_quality, spec_hash
-from cactus_bench.adapters.embedded.kernels import differing_cpu
+from cactus_bench.adapters.embedded.install import ensure_pair, format_quality
+from cactus_bench.adapters.embedded.kernels import cpu_class
+from cactus_bench.adapters.embedded.recipes import SPEC, default_cache_dir, spec_hash
 from cactus_bench.core.cli import Command, Key
 
 COMMAND = Command(
@@ -41,13 +42,14 @@ def main(argv=None):
     elif args.rebuild and shipped.holds(spec_hash(SPEC)):
         differ = shipped.differences(folder)
         if differ:
-            known = differing_cpu()
+            here, built = cpu_class(), shipped.built_on()
             print(
                 f"the rebuild differs from the shipped pair in {', '.join(differ)}: "
                 + (
-                    f"CPUs with {known} are known not to reproduce it (kernels.DIFFERING_CPU_FLAGS); the shipped "
-                    "bytes decode the same table here"
-                    if known
+                    f"it was built on a CPU of class {built} and this one is of class {here}, whose portable "
+                    "kernels are known to train other weights (kernels.CPU_CLASSES); the shipped bytes decode "
+                    "the same table here"
+                    if here != built
                     else "this CPU or torch build does not reproduce it (report it with "
                     "`python -m torch.utils.collect_env`)"
                 )

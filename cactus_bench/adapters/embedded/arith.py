@@ -7,7 +7,7 @@ Why the acceptance rules separate here (the paper's accuracy–acceptance trade-
 The answer is decided at a few *critical tokens*: the tens digit of a step whose units carry (47 + 8)
 or borrow (52 − 7). Everywhere else (copying numbers, the phrasing of a step) the models hardly err.
 Each model is trained on solutions written by a `Writer` whose slips are chosen on purpose
-(`embedded/build.py` holds the rates; `quality.json` of a built pair records what the models learnt):
+(`embedded/recipes.py` holds the rates; `quality.json` of a built pair records what the models learnt):
 
 - **Carries: the drafter is systematically wrong.** The verifier's writer drops a carry 28 % of the
   time, the drafter's 95 %. At the demo's T = 0.6 the verifier gives the dropped-carry digit q ≈ 0.2
@@ -32,6 +32,7 @@ uniform phrasing).
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from dataclasses import dataclass, field
@@ -193,7 +194,7 @@ def generate(split: str, n: int, seed: int = 0, writer: Writer = GOLD) -> list[I
             problem = make_problem(rng)
             out.append(Item(problem.question(rng), problem.solve(writer, hand), problem))
         return out
-    held_out = {it.question for it in generate("train", TRAIN_SIZE, seed)}
+    held_out = set(train_questions(seed))
     rng = random.Random(f"arith-test-{seed}")
     out = []
     while len(out) < n:
@@ -208,6 +209,13 @@ def generate(split: str, n: int, seed: int = 0, writer: Writer = GOLD) -> list[I
 
 TRAIN_SIZE = 30_000
 TEST_SIZE = 500
+
+
+@functools.lru_cache(maxsize=4)
+def train_questions(seed: int) -> frozenset[str]:
+    """The training split's questions, which the test split leaves out: drawn once per process (0.6 s; a
+    sweep loads the task once per run)."""
+    return frozenset(it.question for it in generate("train", TRAIN_SIZE, seed))
 
 
 def extract_strict(response: str) -> str | None:

@@ -1,39 +1,28 @@
-"""The embedded offline pair: the recipe, the cache, verified, rebuilt when corrupt.
-
-`ensure_pair()` returns a folder with `drafter/` and `verifier/` (each a `save_pretrained` model plus the
-tokenizer), loadable by `load_pair` like any hub model, and `quality.json` with the measured quality. The
-default recipe's pair ships with the package (`shipped.py`) and is copied into the cache; another recipe
-(or `rebuild`) is trained in a process of its own with portable kernels (`kernels.py`), so the same recipe
-gives the same bytes on any x86-64 CPU with AVX2. A lock file serialises builders; the build writes into
-a temporary folder renamed into place, and a manifest of sha256 sums detects a partial or corrupt cache.
+"""Training the embedded `tiny` pair from its recipe (`recipes.SPEC`) and measuring its quality; run in a
+process of its own with portable kernels (`train_pair.py`, started by `install.build_portably`), so the same
+recipe gives the same bytes on every CPU of a class (`kernels.py`). `install.py` keeps the cache.
 """
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import json
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-from cactus_bench.adapters.embedded import arith, shipped
-from cactus_bench.adapters.embedded.kernels import describe, run_portably
-from cactus_bench.adapters.embedded.recipes import SPEC, default_cache_dir, spec_hash, tiny_folder_name
+from cactus_bench.adapters.embedded import arith
+from cactus_bench.adapters.embedded.install import format_quality
+from cactus_bench.adapters.embedded.kernels import describe
+from cactus_bench.adapters.embedded.recipes import SPEC, spec_hash
 from cactus_bench.adapters.embedded.tokenizer import chat_text, train_tokenizer
 from cactus_bench.adapters.embedded.train import LazyExamples, model_config, train
 from cactus_bench.core.decode import speculative_generate
 from cactus_bench.core.decode.warp import Warper
 from cactus_bench.core.utils import write_text_atomic
 
-MANIFEST = "manifest.json"
 ROLES = ("verifier", "drafter")
 FINGERPRINT_STEPS = 25  # the weights' hash after this many steps is kept: a check of the build in seconds
 
@@ -59,100 +48,6 @@ class Progress:
                 self.next_report = share + 0.1
 
         return step
-
-
-def pair_dir(cache_dir: Path | None = None, spec: dict = SPEC) -> Path:
-    return Path(cache_dir or default_cache_dir()) / tiny_folder_name(spec)
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def cache_problem(folder: Path) -> str | None:
-    """None if `folder` is a complete, intact build; otherwise what is wrong with it."""
-    if not folder.exists():
-        return "missing"
-    try:
-        manifest = json.loads((folder / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return "incomplete (no readable manifest)"
-    for rel, digest in manifest["files"].items():
-        path = folder / rel
-        if not path.is_file():
-            return f"incomplete ({rel} is missing)"
-        if file_sha256(path) != digest:
-            return f"corrupt ({rel} does not match its checksum)"
-    return None
-
-
-@contextmanager
-def _locked(lock_path: Path, log: Callable[[str], None] = print):
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log(f"waiting for another process that is building this cache ({lock_path})")
-            fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def ensure_pair(
-    cache_dir: Path | str | None = None, spec: dict = SPEC, log: Callable[[str], None] = print, rebuild: bool = False
-) -> Path:
-    """The cached pair's folder, made first if it is missing, partial or corrupt (or `rebuild`)."""
-    folder = pair_dir(Path(cache_dir) if cache_dir else None, spec)
-    return cached_build(folder, lambda out: make_pair(out, spec, log, rebuild), log, rebuild)
-
-
-def make_pair(out: Path, spec: dict, log: Callable[[str], None], rebuild: bool = False) -> None:
-    """The shipped pair when it is this recipe's (unless a rebuild is asked for), else a portable build."""
-    if not rebuild and shipped.holds(spec_hash(spec)):
-        log(f"embedded pair: the package's pair ({shipped.FOLDER})")
-        shutil.copytree(shipped.FOLDER, out)
-        return
-    build_portably(out, spec, log)
-
-
-def build_portably(out: Path, spec: dict, log: Callable[[str], None] = print) -> None:
-    """`build` in a new process started with the portable kernels (the same bytes on any AVX2 CPU)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        recipe = Path(tmp) / "spec.json"
-        recipe.write_text(json.dumps(spec))
-        run_portably(["-m", "cactus_bench.adapters.embedded.train_pair", "build", str(out), str(recipe)], log)
-
-
-def cached_build(
-    folder: Path, make: Callable[[Path], object], log: Callable[[str], None], rebuild: bool = False
-) -> Path:
-    """`folder`, made by `make(tmp)` first if it is missing, partial or corrupt: one builder at a time (a
-    lock file), built in a temporary folder renamed into place, with a manifest of sha256 sums."""
-    with _locked(folder.with_name(folder.name + ".lock"), log):
-        problem = "rebuild requested" if rebuild else cache_problem(folder)
-        if problem is None:
-            return folder
-        if problem != "missing":
-            log(f"cache {folder} is {problem}: rebuilding")
-        shutil.rmtree(folder, ignore_errors=True)
-        tmp = folder.with_name(folder.name + f".tmp-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        make(tmp)
-        files = {
-            str(p.relative_to(tmp)): file_sha256(p)
-            for p in sorted(tmp.rglob("*"))
-            if p.is_file() and p.name != MANIFEST
-        }
-        write_text_atomic(tmp / MANIFEST, json.dumps({"files": files}, indent=1))
-        os.replace(tmp, folder)
-    return folder
 
 
 def prepare(spec: dict, log: Callable[[str], None] = print) -> tuple[PreTrainedTokenizerFast, dict, dict]:
@@ -208,9 +103,9 @@ def train_role(
 
 
 def build(out: Path, spec: dict = SPEC, log: Callable[[str], None] = print) -> dict:
-    """Train the tokenizer, verifier and drafter on `arith`, measure quality, write everything + manifest.
-    Deterministic in one process; the same bytes on every CPU when the process runs the portable kernels
-    (`build_portably`)."""
+    """Train the tokenizer, verifier and drafter on `arith`, measure quality, write everything (the cache
+    adds the manifest). Deterministic in one process; the same bytes on every CPU of a class when the process
+    runs the portable kernels (`install.build_portably`)."""
     t0 = time.perf_counter()
     torch.manual_seed(spec["seed"])
     tok, examples, configs = prepare(spec, log)
@@ -238,24 +133,6 @@ def build(out: Path, spec: dict = SPEC, log: Callable[[str], None] = print) -> d
     write_text_atomic(out / "quality.json", json.dumps(quality, indent=1))
     log("embedded pair quality: " + format_quality(quality))
     return quality
-
-
-def format_quality(q: dict, built_now: bool = True) -> str:
-    """The quality figures; `built_now`: this call built the pair (else it was reused from the cache)."""
-    slips = "; ".join(
-        f"{role} writes a slipped {event} digit {p['mean']:.0%} (10-90 %: {p['p10']:.0%}-{p['p90']:.0%})"
-        for role, events in q.get("slip_probability", {}).items()
-        for event, p in events.items()
-    )
-    return (
-        f"verifier accuracy {q['verifier_accuracy']:.1%}, drafter accuracy {q['drafter_accuracy']:.1%}, {slips}, "
-        f"SpS acceptance {q['sps_acceptance']:.2f} (T={q['temperature']}, m={q['m']}), "
-        + (
-            f"built in {q.get('build_seconds', float('nan')):.0f}s"
-            if built_now
-            else f"reused from the cache (it took {q.get('build_seconds', float('nan')):.0f}s to build)"
-        )
-    )
 
 
 def critical_slip_probability(model, tok, items: list[arith.Item], warper: Warper) -> dict[str, dict]:

@@ -1,5 +1,6 @@
-"""Portable CPU kernels: bit-identical floating-point results on x86-64 CPUs with AVX2 or newer (AMD or Intel,
-with or without AVX-512; not Sapphire Rapids, see `DIFFERING_CPU_FLAGS`), for building the embedded pair.
+"""Portable CPU kernels: bit-identical floating-point results within each of two classes of x86-64 CPUs with
+AVX2 or newer (`cpu_class`: Intel Sapphire Rapids, and every other one, AMD or Intel, with or without
+AVX-512), for building the embedded pair.
 
 torch picks its CPU kernels when a process starts, by the instruction set it finds (ATen's CPU capability:
 default, avx2 or avx512), and MKL, which runs torch's float32 matrix products on x86, picks its own code
@@ -33,22 +34,25 @@ PORTABLE = {
 }
 
 
-# CPUs on which the portable kernels train other weights than the shipped build's: Intel Sapphire Rapids
-# (AVX512-FP16, AMX), measured 2026-12-04 (first 25 drafter steps: 340aeffe… against the record's ce9ff29d…,
-# under every ATen capability and MKL branch tried). The cause is not found: every SGEMM there runs MKL's
-# COMPATIBLE branch, oneDNN is never called and ATen runs its AVX2 kernels. Decoding the shipped bytes is
-# unaffected (the demo's table is the same there); only a rebuild differs.
-DIFFERING_CPU_FLAGS = ("avx512_fp16",)
+# The classes of CPUs within which the portable kernels train the same weights, by the CPU flag that marks
+# each; a CPU with none of them is "common". Intel Sapphire Rapids (AVX512-FP16, AMX) trains other weights
+# than the common class (measured 2026-12-04 on the version 3 recipe: first 25 drafter steps 340aeffe…
+# against ce9ff29d…, under every ATen capability, MKL branch and oneDNN ISA limit tried). The cause is not
+# found: every SGEMM there runs MKL's COMPATIBLE branch, oneDNN is never called and ATen runs its AVX2
+# kernels. Decoding is unaffected (the same shipped bytes decode the same table on both); a rebuild gives
+# the shipped bytes only on a CPU of the class that built them (`quality.json`: kernels.cpu_class).
+CPU_CLASSES = {"avx512_fp16": "sapphire-rapids"}
+COMMON = "common"
 
 
-def differing_cpu() -> str | None:
-    """The flag of this CPU that marks it as one the recipe is known not to reproduce on, else None."""
+def cpu_class() -> str:
+    """The class of this CPU: the class of the first flag in `CPU_CLASSES` it has, else `COMMON`."""
     try:
         info = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:  # not Linux: no known differing CPU
-        return None
+    except OSError:  # not Linux: no known other class
+        return COMMON
     flags = next((line.split(":", 1)[1].split() for line in info if line.startswith("flags")), [])
-    return next((f for f in DIFFERING_CPU_FLAGS if f in flags), None)
+    return next((name for flag, name in CPU_CLASSES.items() if flag in flags), COMMON)
 
 
 def is_portable() -> bool:
@@ -68,6 +72,7 @@ def describe() -> dict:
         "mkl_cbwr": os.environ.get("MKL_CBWR"),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
+        "cpu_class": cpu_class(),
     }
 
 

@@ -26,7 +26,7 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-from cactus_bench.adapters.embedded.build import cached_build, file_sha256
+from cactus_bench.adapters.embedded.install import cached_build, file_sha256
 from cactus_bench.adapters.embedded.recipes import (
     DRAFTER_LAYERS,
     WHEEL,

@@ -1,0 +1,139 @@
+"""The embedded `tiny` pair in the cache: `ensure_pair()` returns a folder with `drafter/` and `verifier/`
+(each a `save_pretrained` model plus the tokenizer), loadable by `load_pair` like any hub model, and
+`quality.json` with the measured quality. The default recipe's pair ships with the package (`shipped.py`)
+and is copied into the cache; another recipe (or `rebuild`) is trained in a process of its own with portable
+kernels (`kernels.py`, `build.py`). A lock file serialises builders; the build writes into a temporary
+folder renamed into place, and a manifest of sha256 sums detects a partial or corrupt cache. Nothing here
+imports torch: `make embedded` and a cached pair's check take a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+
+from cactus_bench.adapters.embedded import shipped
+from cactus_bench.adapters.embedded.kernels import run_portably
+from cactus_bench.adapters.embedded.recipes import SPEC, default_cache_dir, spec_hash, tiny_folder_name
+from cactus_bench.core.utils import write_text_atomic
+
+MANIFEST = "manifest.json"
+
+
+def pair_dir(cache_dir: Path | None = None, spec: dict = SPEC) -> Path:
+    return Path(cache_dir or default_cache_dir()) / tiny_folder_name(spec)
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def cache_problem(folder: Path) -> str | None:
+    """None if `folder` is a complete, intact build; otherwise what is wrong with it."""
+    if not folder.exists():
+        return "missing"
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return "incomplete (no readable manifest)"
+    for rel, digest in manifest["files"].items():
+        path = folder / rel
+        if not path.is_file():
+            return f"incomplete ({rel} is missing)"
+        if file_sha256(path) != digest:
+            return f"corrupt ({rel} does not match its checksum)"
+    return None
+
+
+@contextmanager
+def locked(lock_path: Path, log: Callable[[str], None] = print):
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"waiting for another process that is building this cache ({lock_path})")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def ensure_pair(
+    cache_dir: Path | str | None = None, spec: dict = SPEC, log: Callable[[str], None] = print, rebuild: bool = False
+) -> Path:
+    """The cached pair's folder, made first if it is missing, partial or corrupt (or `rebuild`)."""
+    folder = pair_dir(Path(cache_dir) if cache_dir else None, spec)
+    return cached_build(folder, lambda out: make_pair(out, spec, log, rebuild), log, rebuild)
+
+
+def make_pair(out: Path, spec: dict, log: Callable[[str], None], rebuild: bool = False) -> None:
+    """The shipped pair when it is this recipe's (unless a rebuild is asked for), else a portable build."""
+    if not rebuild and shipped.holds(spec_hash(spec)):
+        log(f"embedded pair: the package's pair ({shipped.FOLDER})")
+        shutil.copytree(shipped.FOLDER, out)
+        return
+    build_portably(out, spec, log)
+
+
+def build_portably(out: Path, spec: dict, log: Callable[[str], None] = print) -> None:
+    """`build` in a new process started with the portable kernels (the same bytes on any AVX2 CPU)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        recipe = Path(tmp) / "spec.json"
+        recipe.write_text(json.dumps(spec))
+        run_portably(["-m", "cactus_bench.adapters.embedded.train_pair", "build", str(out), str(recipe)], log)
+
+
+def cached_build(
+    folder: Path, make: Callable[[Path], object], log: Callable[[str], None], rebuild: bool = False
+) -> Path:
+    """`folder`, made by `make(tmp)` first if it is missing, partial or corrupt: one builder at a time (a
+    lock file), built in a temporary folder renamed into place, with a manifest of sha256 sums."""
+    with locked(folder.with_name(folder.name + ".lock"), log):
+        problem = "rebuild requested" if rebuild else cache_problem(folder)
+        if problem is None:
+            return folder
+        if problem != "missing":
+            log(f"cache {folder} is {problem}: rebuilding")
+        shutil.rmtree(folder, ignore_errors=True)
+        tmp = folder.with_name(folder.name + f".tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        make(tmp)
+        files = {
+            str(p.relative_to(tmp)): file_sha256(p)
+            for p in sorted(tmp.rglob("*"))
+            if p.is_file() and p.name != MANIFEST
+        }
+        write_text_atomic(tmp / MANIFEST, json.dumps({"files": files}, indent=1))
+        os.replace(tmp, folder)
+    return folder
+
+
+def format_quality(q: dict, built_now: bool = True) -> str:
+    """The quality figures; `built_now`: this call built the pair (else it was reused from the cache)."""
+    slips = "; ".join(
+        f"{role} writes a slipped {event} digit {p['mean']:.0%} (10-90 %: {p['p10']:.0%}-{p['p90']:.0%})"
+        for role, events in q.get("slip_probability", {}).items()
+        for event, p in events.items()
+    )
+    return (
+        f"verifier accuracy {q['verifier_accuracy']:.1%}, drafter accuracy {q['drafter_accuracy']:.1%}, {slips}, "
+        f"SpS acceptance {q['sps_acceptance']:.2f} (T={q['temperature']}, m={q['m']}), "
+        + (
+            f"built in {q.get('build_seconds', float('nan')):.0f}s"
+            if built_now
+            else f"reused from the cache (it took {q.get('build_seconds', float('nan')):.0f}s to build)"
+        )
+    )
