@@ -50,7 +50,7 @@ def test_the_timing_sample_times_decodes_without_the_kl_statistics(small_pair_di
 
     def spy(self, *args, **kwargs):
         real(self, *args, **kwargs)
-        built.append((self.options.batch_size, self.rule is not None, self.kl))
+        built.append((self.options.batch_size, self.rule is not None, self.options.statistics))
 
     monkeypatch.setattr(engine_mod.Engine, "__init__", spy)
     summary = run_cell("cactus", "batch_size=4", "timing_sample=2", results=tmp_path, pair_dir=small_pair_dir)

@@ -1,12 +1,12 @@
 """The embedded pair as the package ships it (`tiny_pair/`, ~7.4 MB): the default recipe (`recipes.SPEC`),
 trained once with portable kernels (`kernels.py`) by `python -m cactus_bench.adapters.embedded rebuild=true ship=true`.
 
-A user's first `make demo` copies it into the cache instead of training for minutes, and every machine
-decodes the same bytes. Its `quality.json` names the recipe (`spec_hash`), the kernels it was built with
-(with the class of CPU that built it) and the hash of each model's weights after the build's first steps
-(`fingerprints`), so a machine of that class can check
-in seconds that it would train the same weights (`tests/adapters/test_embedded.py`), and in full with
-`python -m cactus_bench.adapters.embedded rebuild=true` (which compares every file with the shipped one).
+A user's first `make demo` copies it into the cache instead of training for minutes, and every machine decodes
+the same bytes. Its `quality.json` names the recipe (`spec_hash`), the kernels it was built with (with the
+class of CPU that built it) and the hash of each model's weights after the build's first steps
+(`fingerprints`), so a machine of that class can check in seconds that it would train the same weights
+(`tests/adapters/test_embedded.py`), and in full with `python -m cactus_bench.adapters.embedded rebuild=true`
+(which compares every file with the shipped one).
 """
 
 from __future__ import annotations
@@ -25,10 +25,8 @@ def quality() -> dict:
 
 def built_on() -> str:
     """The class of CPU the shipped pair was built on (`kernels.cpu_class`): a rebuild reproduces its bytes
-    on CPUs of that class (a pair recorded before classes were named was built on the common one)."""
-    from cactus_bench.adapters.embedded.kernels import COMMON
-
-    return quality()["kernels"].get("cpu_class", COMMON)
+    on CPUs of that class."""
+    return quality()["kernels"]["cpu_class"]
 
 
 def holds(spec_hash: str) -> bool:

@@ -72,8 +72,8 @@ class Engine:
         self.vocab = vocab or min(sizes)  # the verifier alone must sample the same vocabulary as a pair
         self.device = device_of(verifier)
         self.eos_ids = torch.tensor(sorted(self.eos), dtype=torch.long, device=self.device)
-        self.kl = options.statistics  # the target and output KL: a decode's statistics, not its decision
-        self.support = support_for(self.warp.top_k, self.warp.greedy) if self.kl else None
+        # the output KL's support; none when the decode leaves its KL statistics out (a timed decode)
+        self.support = support_for(self.warp.top_k, self.warp.greedy) if options.statistics else None
         self.on_round: Callable[[Engine, list[Row | None]], None] | None = None  # after each round (tests)
         self._warm: set[tuple[int, int]] = set()  # (rows, key bucket) whose graphs are compiled
 
@@ -227,7 +227,7 @@ class Engine:
         if self.options.compile:
             decide_args = (vm.model, vm.cache, vm.cache_kw, vm.impl, plan.verify_at, plan.last, on(d, vm.device), p,
                            raw_p, plan.u_verify, plan.budget, self.eos_ids, *fixed, rule, self.support,
-                           self.kl)  # fmt: skip
+                           self.options.statistics)  # fmt: skip
             (verdict,) = vm.run(programs.verify_and_decide, decide_args, plan.reach + m)
             t_verify = clock.lap()
         else:
@@ -235,7 +235,7 @@ class Engine:
             v_logits, q = vm.run(programs.verify, args, plan.reach + m)
             t_verify = clock.lap()
             verdict = programs.decide(rule, d, p, raw_p, q, v_logits, plan.u_verify, plan.budget, self.eos_ids,
-                                      self.support, self.kl)  # fmt: skip
+                                      self.support, self.options.statistics)  # fmt: skip
         host = verdict.tolist()  # the round's one host read
         t_rule = clock.lap()
         finished = self._commit_rows(slots, host, steps, (t_draft, t_verify, t_rule))
@@ -281,7 +281,7 @@ class Engine:
         its stop strings; returns the rows that finished, with why."""
         m, finished = self.m, []
         assert self.rule is not None
-        measures_kl = self.rule.measures_kl and self.kl
+        measures_kl = self.rule.measures_kl and self.options.statistics
         for b, row in enumerate(slots):
             if row is None:
                 continue
