@@ -168,7 +168,8 @@ def test_demo_shows_the_accuracy_acceptance_trade_off(demo):
 
 
 def test_a_wheel_install_finds_its_configs(tmp_path):
-    """`pip install .` (not editable) ships conf/ inside the package: a run composes from anywhere."""
+    """`pip install .` (not editable) ships conf/ inside the package: a run composes from anywhere; and the
+    embedded pair whole, with its per-class build records."""
     source, target = tmp_path / "src", tmp_path / "site"
     listed = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, check=True, capture_output=True
@@ -183,7 +184,9 @@ def test_a_wheel_install_finds_its_configs(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(target)}
     code = (
         "import cactus_bench, sys; assert cactus_bench.__file__.startswith(sys.argv[1]), cactus_bench.__file__\n"
-        "from cactus_bench.app.config import dataset_configs; assert 'gpqa_diamond' in dataset_configs()"
+        "from cactus_bench.app.config import dataset_configs; assert 'gpqa_diamond' in dataset_configs()\n"
+        "from cactus_bench.adapters.embedded import shipped\n"
+        "assert shipped.class_builds()[shipped.built_on()]['files'] == shipped.build_hashes(shipped.FOLDER)"
     )
     subprocess.run([sys.executable, "-c", code, str(target)], check=True, cwd=tmp_path, env=env)
     out = subprocess.run(

@@ -315,13 +315,12 @@ def test_the_default_pair_is_the_shipped_one_with_the_hashes_readme_quotes(tmp_p
     assert quality["spec_hash"] == spec_hash(SPEC) and quality["kernels"]["mkl_cbwr"] == "COMPATIBLE"
 
 
-def test_the_recipe_trains_the_shipped_weights_here_and_only_with_portable_kernels():
-    """The build's first steps in a process with the portable kernels give, on a CPU of the class that built
-    the shipped pair (`kernels.cpu_class`), the weights hash its build recorded, and on a CPU of the other
-    class another one: the recipe reproduces within a class, even when this machine is set to other kernels
-    (ATen's default ones: the mechanism overrides them). Without the
-    mechanism, a process on those kernels trains other weights (the negative control), and `train_pair`
-    refuses to run."""
+def test_the_recipe_trains_this_cpu_classs_recorded_weights_and_only_with_portable_kernels():
+    """The build's first steps in a process with the portable kernels give this CPU class's recorded
+    fingerprint (`class_builds.json`; on the class that built the shipped pair, the one its quality.json
+    holds), even when this machine is set to other kernels (ATen's default ones: the mechanism overrides
+    them). Without the mechanism, a process on those kernels trains other weights (the negative control),
+    and `train_pair` refuses to run."""
     import os
     import subprocess
     import sys
@@ -329,26 +328,97 @@ def test_the_recipe_trains_the_shipped_weights_here_and_only_with_portable_kerne
     from cactus_bench.adapters.embedded import shipped
     from cactus_bench.adapters.embedded.kernels import cpu_class, run_portably
 
-    shipped_hash = shipped.quality()["fingerprints"]["drafter"]["sha256"]
+    record = shipped.class_builds().get(cpu_class())
+    assert record, f"no build of the shipped recipe is recorded for class {cpu_class()}: rebuild=true record=true"
+    expected = record["fingerprints"]["drafter"]
     said = []
     default_kernels = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "AUTO"}
     run_portably(
         ["-m", "cactus_bench.adapters.embedded.train_pair", "fingerprint", "drafter"], said.append, default_kernels
     )
-    # a CPU of another class than the build's must train other weights: if it reproduced, the classes are wrong
-    same_class = cpu_class() == shipped.built_on()
-    assert (said[-1] == shipped_hash) == same_class, (said[-1], cpu_class(), shipped.built_on())
+    assert said[-1] == expected, (said[-1], cpu_class())
 
     env = {**os.environ, **default_kernels, "OMP_NUM_THREADS": "1"}
     native = subprocess.run([sys.executable, "-c", NATIVE_FINGERPRINT], env=env, capture_output=True, text=True)
     assert native.returncode == 0, native.stderr[-2000:]
-    assert native.stdout.split()[-1] != shipped_hash
+    assert native.stdout.split()[-1] != expected
     refused = subprocess.run(
         [sys.executable, "-m", "cactus_bench.adapters.embedded.train_pair", "fingerprint", "drafter"],
         capture_output=True,
         text=True,
     )
     assert refused.returncode == 2 and "portable kernels only" in refused.stdout
+
+
+def test_each_cpu_class_records_its_own_build_and_the_shipped_class_the_shipped_files():
+    """`class_builds.json` is the shipped recipe's: the shipped class's record is the shipped files and the
+    fingerprints its quality.json holds, and the classes' records differ (two classes that trained the same
+    bytes would be one class)."""
+    from cactus_bench.adapters.embedded import shipped
+    from cactus_bench.adapters.embedded.kernels import COMMON, CPU_CLASSES
+
+    builds = shipped.class_builds()
+    mine = builds[shipped.built_on()]
+    assert mine["files"] == shipped.build_hashes(shipped.FOLDER)
+    assert mine["fingerprints"] == {r: f["sha256"] for r, f in shipped.quality()["fingerprints"].items()}
+    assert set(builds) == {*CPU_CLASSES.values(), COMMON}  # every class a CPU can be of
+    weights = [tuple(b["files"][w] for w in shipped.WEIGHTS) for b in builds.values()]
+    fingerprints = [tuple(sorted(b["fingerprints"].items())) for b in builds.values()]
+    assert len(set(weights)) == len(set(fingerprints)) == len(builds)
+    for b in builds.values():  # the same files, other weights: only what training writes differs
+        assert b["files"].keys() == mine["files"].keys()
+        assert {k for k in b["files"] if b["files"][k] != mine["files"][k]} <= set(shipped.WEIGHTS)
+
+
+@pytest.mark.parametrize("here", ["sapphire-rapids", "common", "another"])
+def test_a_rebuild_is_held_against_its_cpu_classs_record(tmp_path, monkeypatch, capsys, here):
+    """`rebuild=true` passes a rebuild that is its class's recorded build (on the shipped class, the shipped
+    files), names the files that differ otherwise, and says when its class has no record."""
+    from cactus_bench.adapters.embedded import __main__ as embedded_cli
+    from cactus_bench.adapters.embedded import shipped
+
+    monkeypatch.setattr(embedded_cli, "cpu_class", lambda: here)
+    folder = tmp_path / "pair"
+    shutil.copytree(shipped.FOLDER, folder)
+    record = shipped.class_builds().get(here)
+    if record is None:
+        assert embedded_cli.compare_with_record(folder, record=False) == 1
+        assert f"no build of this recipe is recorded for CPUs of class {here}" in capsys.readouterr().out
+        return
+    # the rebuild as the record says it must come out: the shipped files with this class's weights
+    other_weights = {w for w in shipped.WEIGHTS if record["files"][w] != shipped.build_hashes(shipped.FOLDER)[w]}
+    monkeypatch.setattr(
+        shipped,
+        "build_hashes",
+        lambda f, real=shipped.build_hashes: {**real(f), **{w: record["files"][w] for w in other_weights}},
+    )
+    assert embedded_cli.compare_with_record(folder, record=False) == 0
+    said = capsys.readouterr().out
+    assert ("the shipped pair" in said) == (here == shipped.built_on()) and "byte for byte" in said
+    (folder / "drafter" / "config.json").write_text("{}")
+    assert embedded_cli.compare_with_record(folder, record=False) == 1
+    assert "differs" in (said := capsys.readouterr().out) and "drafter/config.json" in said
+
+
+def test_recording_a_rebuild_refuses_another_recipe_and_keeps_the_other_classes(tmp_path, monkeypatch):
+    from cactus_bench.adapters.embedded import shipped
+
+    monkeypatch.setattr(shipped, "CLASS_BUILDS", tmp_path / "class_builds.json")
+    shutil.copy(shipped.Path(shipped.__file__).parent / "class_builds.json", shipped.CLASS_BUILDS)
+    before = shipped.class_builds()
+    folder = tmp_path / "pair"
+    shutil.copytree(shipped.FOLDER, folder)
+    (folder / "drafter" / "model.safetensors").write_bytes(b"other weights")
+    record = shipped.record_build(folder, "a-new-class")
+    assert shipped.class_builds() == {**before, "a-new-class": record}
+    assert (
+        record["files"]["drafter/model.safetensors"]
+        == shipped.file_hashes(folder, ["drafter/model.safetensors"])["drafter/model.safetensors"]
+    )
+    quality = json.loads((folder / "quality.json").read_text())
+    (folder / "quality.json").write_text(json.dumps({**quality, "spec_hash": "0000000000"}))
+    with pytest.raises(ValueError, match="not the shipped one"):
+        shipped.record_build(folder, "common")
 
 
 def step_ops(model, rows: int = 1) -> int:

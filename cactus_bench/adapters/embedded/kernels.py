@@ -40,7 +40,8 @@ PORTABLE = {
 # against ce9ff29d…, under every ATen capability, MKL branch and oneDNN ISA limit tried). The cause is not
 # found: every SGEMM there runs MKL's COMPATIBLE branch, oneDNN is never called and ATen runs its AVX2
 # kernels. Decoding is unaffected (the same shipped bytes decode the same table on both); a rebuild gives
-# the shipped bytes only on a CPU of the class that built them (`quality.json`: kernels.cpu_class).
+# the shipped bytes on a CPU of the class that built them (`quality.json`: kernels.cpu_class), and its own
+# class's recorded bytes on the other (`class_builds.json`).
 CPU_CLASSES = {"avx512_fp16": "sapphire-rapids"}
 COMMON = "common"
 

@@ -4,19 +4,28 @@ trained once with portable kernels (`kernels.py`) by `python -m cactus_bench.ada
 A user's first `make demo` copies it into the cache instead of training for minutes, and every machine decodes
 the same bytes. Its `quality.json` names the recipe (`spec_hash`), the kernels it was built with (with the
 class of CPU that built it) and the hash of each model's weights after the build's first steps
-(`fingerprints`), so a machine of that class can check in seconds that it would train the same weights
+(`fingerprints`).
+
+The same recipe trains other bytes on a CPU of another class (`kernels.CPU_CLASSES`), so `class_builds.json`
+records, per class of CPU that has built the shipped recipe, the sha256 of every file its build wrote and its
+fingerprints: a machine of any recorded class checks in seconds that it would train its class's weights
 (`tests/adapters/test_embedded.py`), and in full with `python -m cactus_bench.adapters.embedded rebuild=true`
-(which compares every file with the shipped one).
+(which compares every file with its class's record: on the shipped class, the shipped files).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import platform
 from pathlib import Path
 
+from cactus_bench.core.utils import write_text_atomic
+
 FOLDER = Path(__file__).parent / "tiny_pair"
+CLASS_BUILDS = Path(__file__).parent / "class_builds.json"
 WEIGHTS = ("verifier/model.safetensors", "drafter/model.safetensors")
+UNCOMPARED = ("quality.json", "manifest.json")  # the build's own time and the cache's checksums
 
 
 def quality() -> dict:
@@ -44,14 +53,52 @@ def file_hashes(folder: Path, files) -> dict[str, str]:
     return {rel: hashlib.sha256((folder / rel).read_bytes()).hexdigest() for rel in files}
 
 
-def differences(folder: Path) -> list[str]:
-    """The files of a built pair whose bytes differ from the shipped pair's (quality.json aside: it holds
-    the build's own time); [] when the build reproduced the shipped pair exactly."""
-    shipped = {p.relative_to(FOLDER) for p in FOLDER.rglob("*") if p.is_file() and p.name != "quality.json"}
-    built = {p.relative_to(folder) for p in folder.rglob("*") if p.is_file()}
-    built = {p for p in built if p.name not in ("quality.json", "manifest.json")}
-    return sorted(
-        str(rel)
-        for rel in shipped | built
-        if rel not in shipped or rel not in built or (FOLDER / rel).read_bytes() != (folder / rel).read_bytes()
+def build_hashes(folder: Path) -> dict[str, str]:
+    """sha256 of every file a build wrote into `folder` (quality.json and the cache's manifest aside)."""
+    files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() and p.name not in UNCOMPARED)
+    return file_hashes(folder, files)
+
+
+def differences(folder: Path, expected: dict[str, str] | None = None) -> list[str]:
+    """The files of a built pair whose bytes differ from `expected` ({path: sha256}; default: the shipped
+    pair's files); [] when the build reproduced them exactly."""
+    expected = build_hashes(FOLDER) if expected is None else expected
+    built = build_hashes(folder)
+    return sorted(rel for rel in expected.keys() | built.keys() if expected.get(rel) != built.get(rel))
+
+
+def class_builds() -> dict[str, dict]:
+    """The shipped recipe's recorded builds by class of CPU (`kernels.cpu_class`): {class: {"files": {path:
+    sha256}, "fingerprints": {role: sha256}, "cpu": ..., "torch": ...}}; a record of another recipe (left
+    by a package whose pair was rebuilt and shipped without recording) counts for nothing."""
+    if not CLASS_BUILDS.is_file():
+        return {}
+    recorded = json.loads(CLASS_BUILDS.read_text())
+    return recorded["classes"] if recorded.get("spec_hash") == quality().get("spec_hash") else {}
+
+
+def record_build(folder: Path, cpu_class: str) -> dict:
+    """Record the build in `folder` (of the shipped recipe, trained on this CPU) as its class's."""
+    built = json.loads((folder / "quality.json").read_text())
+    if built["spec_hash"] != quality()["spec_hash"]:
+        raise ValueError(f"the build in {folder} is of recipe {built['spec_hash']}, not the shipped one")
+    record = {
+        "files": build_hashes(folder),
+        "fingerprints": {role: f["sha256"] for role, f in built["fingerprints"].items()},
+        "cpu": cpu_name(),
+        "torch": built["kernels"]["torch"],
+    }
+    classes = {**class_builds(), cpu_class: record}
+    write_text_atomic(
+        CLASS_BUILDS, json.dumps({"spec_hash": built["spec_hash"], "classes": dict(sorted(classes.items()))}, indent=1)
     )
+    return record
+
+
+def cpu_name() -> str:
+    """This CPU's model name (what a record says it was built on)."""
+    try:
+        info = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor() or platform.machine()
+    return next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), platform.machine())
