@@ -162,8 +162,8 @@ bench-launch:  ## Dispatched ops and host reads per decode round, per engine (ti
 bench-batch:  ## Items/s at batch size 16 vs 1 on the embedded pair, each engine; results/bench/batch.*
 	$(OFFLINE_ENV) $(PY) scripts/bench_batch.py out=results/bench/batch
 
-bench-serving:  ## Serving sweep: B x m x method on the embedded pair (tokens/s, TTFT/TPOT P50-P99, speedup at each B); results/bench/serving.*
-	$(OFFLINE_ENV) $(PY) scripts/bench_serving.py out=results/bench/serving
+bench-serving:  ## Serving sweep: B x m x method on the embedded pair (tokens/s, TTFT/TPOT P50-P99, speedup at each B; the fast engine compiles per cell: over 2 h on 2 cores, ENGINES=eager ~8 min); results/bench/serving.*
+	$(OFFLINE_ENV) $(PY) scripts/bench_serving.py out=results/bench/serving $(if $(ENGINES),engines=$(ENGINES))
 
 bench-engines:  ## Every engine (vLLM, ours eager and fast, transformers) on the SmolLM2 pair at B=1 and 16; results/bench/engines.* (needs make test-vllm's venv)
 	$(OFFLINE_ENV) OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python scripts/bench_engines.py out=results/bench/engines

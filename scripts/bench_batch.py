@@ -52,7 +52,7 @@ def items_per_s(drafter, verifier, prompts, eos, vocab, rows: int, compile, new_
 
 
 def main():
-    args = Command(
+    command = Command(
         prog="python scripts/bench_batch.py",
         about=__doc__,
         keys=(
@@ -64,7 +64,8 @@ def main():
             Key("threads", "torch threads", 1, int),
             Key("out", "result files' path without suffix (.md, .json)", "results/bench/batch"),
         ),
-    ).parse()
+    )
+    args = command.parse()
     torch.set_num_threads(args.threads)
     drafter, verifier, prompts, eos, vocab = (tiny_prompts if args.small else embedded_prompts)(
         16 if args.small else args.items
@@ -94,8 +95,7 @@ def main():
             f"| {name} | {sum(one) / len(one):.1f} | {sum(many) / len(many):.1f} | {spread(ratios)} | {same} |"
         )
         print(lines[-1], flush=True)
-    command = "python scripts/bench_batch.py" + (" small=true" if args.small else "")
-    write_results(args.out, "\n".join(lines), {"args": vars(args), "results": results}, command)
+    write_results(args.out, "\n".join(lines), {"args": vars(args), "results": results}, command.command_line(args))
 
 
 if __name__ == "__main__":

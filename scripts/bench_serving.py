@@ -95,8 +95,8 @@ def main():
         ]
     )
     print(md)
-    command = "python scripts/bench_serving.py" + (" small=true" if args.small else "")
-    write_results(out, md, {"args": vars(args), "rows": rows, "best_m": [[*k, v] for k, v in best.items()]}, command)
+    reproduce = command.command_line(args)
+    write_results(out, md, {"args": vars(args), "rows": rows, "best_m": [[*k, v] for k, v in best.items()]}, reproduce)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ here (`out=x`). Pure Python: the core's scripts use it too."""
 from __future__ import annotations
 
 import difflib
+import shlex
 import sys
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -79,6 +80,23 @@ class Command:
         if self.examples:
             lines += ["", "examples:", *(f"  {e}" for e in self.examples)]
         return "\n".join(lines) + "\n"
+
+    def command_line(self, args: Args, leave_out: tuple[str, ...] = ()) -> str:
+        """The command that gives `args`: `prog`, the words in order, each setting that differs from its default
+        (those named in `leave_out` aside) and the overrides, each quoted for a shell where it needs it."""
+
+        def text(value: Any) -> str:
+            if isinstance(value, bool):
+                return str(value).lower()
+            return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+
+        words = [text(getattr(args, k.name)) for k in self.positional if getattr(args, k.name) is not None]
+        given = [
+            f"{k.name}={text(getattr(args, k.name))}"
+            for k in self.keys
+            if k.name not in leave_out and getattr(args, k.name) != k.default
+        ]
+        return " ".join([self.prog, *(shlex.quote(w) for w in [*words, *given, *getattr(args, "overrides", [])])])
 
     def parse(self, argv: list[str] | None = None) -> Args:
         """The settings of `argv` (default sys.argv[1:]). `--help` prints the help and exits 0; bad input

@@ -70,6 +70,20 @@ def test_bad_input_is_one_paragraph_naming_the_setting(argv, message, capsys):
     assert message in parse_error(COMMAND, argv, capsys)
 
 
+def test_the_command_line_of_parsed_settings_gives_them_back():
+    """What a benchmark stores as the command that reproduces it: parsing it again gives the same settings
+    (quoted where a value has a space), and settings left at their defaults are not written."""
+    import shlex
+
+    argv = ["a spec", "shards=3", "dry_run=true", "batches=1,4", "entity=me", "temperature=0.7"]
+    args = COMMAND.parse(argv)
+    line = COMMAND.command_line(args)
+    assert line.startswith("python -m tool 'a spec' ") and "gpu=" not in line and "items=" not in line
+    again = COMMAND.parse(shlex.split(line)[3:])
+    assert vars(again) == vars(args)
+    assert "shards=" not in COMMAND.command_line(args, leave_out=("shards",))
+
+
 def test_an_unknown_key_is_refused_with_the_closest_setting(capsys):
     strict = Command(prog="python -m tool", about="x", keys=(Key("results", "runs"), Key("out", "where")))
     assert "resluts= is not a setting of python -m tool: did you mean results=?" in parse_error(
