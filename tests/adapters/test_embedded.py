@@ -336,7 +336,11 @@ def test_the_recipe_trains_this_cpu_classs_recorded_weights_and_only_with_portab
     run_portably(
         ["-m", "cactus_bench.adapters.embedded.train_pair", "fingerprint", "drafter"], said.append, default_kernels
     )
-    assert said[-1] == expected, (said[-1], cpu_class())
+    others = {c for c, b in shipped.class_builds().items() if b["fingerprints"]["drafter"] == said[-1]}
+    assert said[-1] == expected, (
+        f"this CPU ({shipped.cpu_name()}, class {cpu_class()}) trains other weights than its class's record"
+        + (f": those of class {others}, so kernels.CPU_CLASSES misplaces it" if others else ": a class of its own?")
+    )
 
     env = {**os.environ, **default_kernels, "OMP_NUM_THREADS": "1"}
     native = subprocess.run([sys.executable, "-c", NATIVE_FINGERPRINT], env=env, capture_output=True, text=True)
