@@ -327,6 +327,7 @@ def test_the_recipe_trains_this_cpu_classs_recorded_weights_and_only_with_portab
 
     from cactus_bench.adapters.embedded import shipped
     from cactus_bench.adapters.embedded.kernels import cpu_class, run_portably
+    from cactus_bench.core.utils import cpu_model
 
     record = shipped.class_builds().get(cpu_class())
     assert record, f"no build of the shipped recipe is recorded for class {cpu_class()}: rebuild=true record=true"
@@ -338,7 +339,7 @@ def test_the_recipe_trains_this_cpu_classs_recorded_weights_and_only_with_portab
     )
     others = {c for c, b in shipped.class_builds().items() if b["fingerprints"]["drafter"] == said[-1]}
     assert said[-1] == expected, (
-        f"this CPU ({shipped.cpu_name()}, class {cpu_class()}) trains other weights than its class's record"
+        f"this CPU ({cpu_model()}, class {cpu_class()}) trains other weights than its class's record"
         + (f": those of class {others}, so kernels.CPU_CLASSES misplaces it" if others else ": a class of its own?")
     )
 

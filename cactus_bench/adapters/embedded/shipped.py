@@ -20,7 +20,7 @@ import json
 import platform
 from pathlib import Path
 
-from cactus_bench.core.utils import write_text_atomic
+from cactus_bench.core.utils import cpu_model, write_text_atomic
 
 FOLDER = Path(__file__).parent / "tiny_pair"
 CLASS_BUILDS = Path(__file__).parent / "class_builds.json"
@@ -69,8 +69,8 @@ def differences(folder: Path, expected: dict[str, str] | None = None) -> list[st
 
 def class_builds() -> dict[str, dict]:
     """The shipped recipe's recorded builds by class of CPU (`kernels.cpu_class`): {class: {"files": {path:
-    sha256}, "fingerprints": {role: sha256}, "cpu": ..., "torch": ...}}; a record of another recipe (left
-    by a package whose pair was rebuilt and shipped without recording) counts for nothing."""
+    sha256}, "fingerprints": {role: sha256}, "cpu": ..., "torch": ...}}; a record of another recipe (a shipped
+    pair that changed since) counts for nothing."""
     if not CLASS_BUILDS.is_file():
         return {}
     recorded = json.loads(CLASS_BUILDS.read_text())
@@ -85,7 +85,7 @@ def record_build(folder: Path, cpu_class: str) -> dict:
     record = {
         "files": build_hashes(folder),
         "fingerprints": {role: f["sha256"] for role, f in built["fingerprints"].items()},
-        "cpu": cpu_name(),
+        "cpu": cpu_model() or platform.machine(),
         "torch": built["kernels"]["torch"],
     }
     classes = {**class_builds(), cpu_class: record}
@@ -93,12 +93,3 @@ def record_build(folder: Path, cpu_class: str) -> dict:
         CLASS_BUILDS, json.dumps({"spec_hash": built["spec_hash"], "classes": dict(sorted(classes.items()))}, indent=1)
     )
     return record
-
-
-def cpu_name() -> str:
-    """This CPU's model name (what a record says it was built on)."""
-    try:
-        info = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return platform.processor() or platform.machine()
-    return next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), platform.machine())
