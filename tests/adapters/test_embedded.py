@@ -408,8 +408,8 @@ def test_a_rebuild_is_held_against_its_cpu_classs_record(tmp_path, monkeypatch, 
 def test_recording_a_rebuild_refuses_another_recipe_and_keeps_the_other_classes(tmp_path, monkeypatch):
     from cactus_bench.adapters.embedded import shipped
 
+    shutil.copy(shipped.CLASS_BUILDS, tmp_path / "class_builds.json")  # the package's record stays as it is
     monkeypatch.setattr(shipped, "CLASS_BUILDS", tmp_path / "class_builds.json")
-    shutil.copy(shipped.Path(shipped.__file__).parent / "class_builds.json", shipped.CLASS_BUILDS)
     before = shipped.class_builds()
     folder = tmp_path / "pair"
     shutil.copytree(shipped.FOLDER, folder)
