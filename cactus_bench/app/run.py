@@ -48,12 +48,16 @@ def benchmark_or_everything_missing(spec: RunSpec) -> Benchmark:
     return bench
 
 
+def models_of(spec: RunSpec):
+    """The run's models, an embedded pair's names resolved to its folder (built on first use)."""
+    return spec.loading(lambda name: resolve_model(name, spec.cfg.paths.cache, log.info))
+
+
 def get_decoder(spec: RunSpec, **changes) -> Decoder:
     """The run's decoder from its backend, which loads (or reuses) the models; `changes` to the decode
     spec (e.g. batch_size=1, paired_timing=True for the timing sample)."""
-    models = spec.loading(lambda name: resolve_model(name, spec.cfg.paths.cache, log.info))
     try:
-        return build_decoder(models, replace(spec.decode, **changes))
+        return build_decoder(models_of(spec), replace(spec.decode, **changes))
     except ModelLoadError as e:  # named as the run is filed: a pair's models overridden are not that pair
         raise ModelLoadError(f"pair {spec.identity.pair_name}: {e}") from e
 
@@ -102,14 +106,15 @@ def sigterm_as_interrupt():
             signal.signal(s, handler)
 
 
-def run(target: RunSpec | DictConfig) -> dict:
-    """Run (or resume) a run, validated (a `RunSpec`) or as composed; returns its summary."""
+def run(target: RunSpec | DictConfig, time_sample: bool = True) -> dict:
+    """Run (or resume) a run, validated (a `RunSpec`) or as composed; returns its summary. `time_sample=False`
+    leaves its timing sample to `time_together` (a sweep times its cells' samples together)."""
     spec = target if isinstance(target, RunSpec) else validate(target)  # before anything expensive
     with sigterm_as_interrupt():
-        return _run(spec)
+        return _run(spec, time_sample)
 
 
-def _run(spec: RunSpec) -> dict:
+def _run(spec: RunSpec, time_sample: bool = True) -> dict:
     cfg, method, ident = spec.cfg, spec.method, spec.identity
     offline.use_local_data(cfg)
     bench = benchmark_or_everything_missing(spec)  # data errors surface before models load
@@ -156,20 +161,9 @@ def _run(spec: RunSpec) -> dict:
             bar.set_postfix(AL=shown(live["accepted_length"], "{:.2f}"), tok_s=shown(live["tokens_per_s"], "{:.1f}"))
             bar.update()  # after the figures: a line printed now shows this item's (it showed the one before)
         bar.close()
-        stored = store.stored_summary()
-        covered = stored is not None and stored.get("samples", 0) > len(items)  # a smaller rerun adds no timing
-        if method.uses_drafter and not covered and (cfg.paired_timing or (cfg.timing_sample and cfg.batch_size != 1)):
-            time_sample(spec, bench, store, items, mine, device)
-        summary = merge(spec, bench, store, [bench.key(item) for item in items])
-        # complete: this process's items are all stored (a shard's own; the run's summary says the rest)
-        mine_done = summary["complete"] or (
-            store.shard is not None and "/".join(map(str, store.shard)) not in summary["missing_shards"]
-        )
-        store.finish("complete" if mine_done else "incomplete", limit=cfg.limit)
-        if cfg.tracking.backend != "none":
-            tracker.log_figures(accepted_length_figure(finished, store.folder))
-        tracker.finish(summary, store.samples())
-        return summary
+        if (cfg.paired_timing or time_sample) and times_a_sample(spec, store, items):
+            time_alone(spec, bench, store, items, mine, device)
+        return summarise(spec, bench, store, items, tracker, finished)
     except BaseException:
         with contextlib.suppress(StoreError):  # an unwritable folder must not hide the first error
             store.finish("interrupted")
@@ -177,16 +171,48 @@ def _run(spec: RunSpec) -> dict:
         raise
 
 
-def time_sample(spec: RunSpec, bench, store, items, mine, device) -> None:
-    """Time the run's sample of items (all of them with paired_timing) at batch size 1, beside the verifier
-    alone, where no timing under today's conditions exists yet (`timing.py`)."""
+def summarise(spec: RunSpec, bench, store, items, tracker, finished: list[dict]) -> dict:
+    """Merge the run's summary, record how this process ended, and hand both to the tracker."""
+    cfg = spec.cfg
+    summary = merge(spec, bench, store, [bench.key(item) for item in items])
+    # complete: this process's items are all stored (a shard's own; the run's summary says the rest)
+    mine_done = summary["complete"] or (
+        store.shard is not None and "/".join(map(str, store.shard)) not in summary["missing_shards"]
+    )
+    store.finish("complete" if mine_done else "incomplete", limit=cfg.limit)
+    if cfg.tracking.backend != "none":
+        tracker.log_figures(accepted_length_figure(finished, store.folder))
+    tracker.finish(summary, store.samples())
+    return summary
+
+
+def times_a_sample(spec: RunSpec, store, items) -> bool:
+    """Whether the run times items after decoding them: a drafting method with paired timing (a resume times
+    what was decoded untimed) or a batched one with a timing sample, unless its stored summary covers more
+    items (a smaller rerun adds no timing)."""
+    cfg = spec.cfg
+    stored = store.stored_summary()
+    covered = stored is not None and stored.get("samples", 0) > len(items)
+    return (
+        spec.method.uses_drafter and not covered and (cfg.paired_timing or (cfg.timing_sample and cfg.batch_size != 1))
+    )
+
+
+def sample_to_time(spec: RunSpec, bench, store, items, mine, here: dict) -> list:
+    """The run's items to time (its sample, all of them with paired_timing) that lack a timing under today's
+    conditions (`timing.to_time`)."""
     cfg = spec.cfg
     chosen = list(mine) if cfg.paired_timing else choose_sample(bench, items, cfg.timing_sample, cfg.seed)
     mine_keys = {bench.key(it) for it in mine}
+    return timing.to_time(
+        [it for it in chosen if bench.key(it) in mine_keys], bench.key, read_timings(store.folder), here
+    )
+
+
+def time_alone(spec: RunSpec, bench, store, items, mine, device) -> None:
+    """Time the run's sample at batch size 1, each item beside the verifier alone (`timing.py`)."""
     here = timing.conditions(device, 1)
-    stored = {s["index"]: s for s in store.samples()}
-    timings = read_timings(store.folder)
-    todo = timing.to_time([it for it in chosen if bench.key(it) in mine_keys], bench.key, timings, here)
+    todo = sample_to_time(spec, bench, store, items, mine, here)
     if not todo:
         return
     log.info(
@@ -196,6 +222,7 @@ def time_sample(spec: RunSpec, bench, store, items, mine, device) -> None:
     )
     # its samples' statistics are the batched decode's: the timed decodes leave the KLs out, as the authors' do
     paired = get_decoder(spec, batch_size=1, paired_timing=True, statistics=False)
+    stored = {s["index"]: s for s in store.samples()}
     for record in timing.time_items(bench, paired, todo, stored, here):
         store.append_timing(record)
 

@@ -25,8 +25,8 @@ from cactus_bench.core import metrics
 from cactus_bench.core.metrics.timing_conditions import condition_class, load_per_core
 
 log = logging.getLogger("cactus_bench")
-# what a paired decode adds to its sample (`decode.api.paired_record`), kept in timing.jsonl
-PAIRED = ("paired_baseline_first", *(k for k in metrics.COUNTERS if k.startswith("paired_")))
+# what a paired decode adds to its sample (`decode.api.PairedGroup`), kept in timing.jsonl
+PAIRED = ("paired_baseline_first", "paired_methods", *(k for k in metrics.COUNTERS if k.startswith("paired_")))
 
 
 def conditions(device: str, batch_size) -> dict:

@@ -147,9 +147,12 @@ def item_seconds(cfg, gpu: str, launch_s: float, rows: int, tokens: float, al: f
     return tokens / (al + 1) * round_s / rows
 
 
-def cell_cost(cfg, run, gpu: str, timing_sample: int | None, gpus: int = 1, slots: int = 1) -> dict:
+def cell_cost(
+    cfg, run, gpu: str, timing_sample: int | None, gpus: int = 1, slots: int = 1, timed_together: int = 1
+) -> dict:
     """A cell's items, tokens, rows, GPU hours per engine and batch size, and wall hours on `gpus` GPUs with
-    `slots` jobs each (k jobs sharing a GPU go about as fast as one job with k times the rows)."""
+    `slots` jobs each (k jobs sharing a GPU go about as fast as one job with k times the rows). `timed_together`:
+    the drafting rows that share each timed item's verifier-alone decode (`app.together`; 1: each its own)."""
     total, typical_tokens, typical_prompt = dataset_facts(cfg.data)
     items = min(total, cfg.limit) if cfg.limit else total
     if run is not None and run.summary.get("samples"):
@@ -178,12 +181,12 @@ def cell_cost(cfg, run, gpu: str, timing_sample: int | None, gpus: int = 1, slot
 
     engine = model.engine_on_gpu(cfg.engine.name)  # a plan is for GPUs
     timed = min(timing_sample or 0, items) if rows > 1 and not baseline else 0
-    # a timed item: the method's decode and the verifier alone's, back to back at batch size 1
+    # a timed item: the method's decode and the verifier alone's (its share of it), back to back at batch size 1
     one = item_seconds(cfg, gpu, costs[engine], 1, tokens, al)
     timing = (
         None
         if one is None or verifier is None
-        else timed * (one + tokens * forward_seconds(verifier, gpu, costs[engine])) / 3600
+        else timed * (one + tokens * forward_seconds(verifier, gpu, costs[engine]) / timed_together) / 3600
     )
     predicted, predicted_from = predicted_gpu_speedup(cfg, run, gpu, costs[engine], tokens, al)
     chosen, packed = hours(engine, rows), hours(engine, rows * slots)
@@ -258,17 +261,23 @@ def plan(
     overrides: list[str] = (),
     slots: int = 1,
     results: str | None = None,
+    timing: str = "together",
 ) -> pd.DataFrame:
     """`results`: the stored runs read (default: where the spec's runs go, `paths.runs` with the overrides)."""
     runs_dir = results or compose_cell(spec, spec["rows"][0], spec["data"][0], overrides).paths.runs
     runs = load_runs(runs_dir)
     gpus = max(1, math.ceil(shards / slots))
+    # in one process a sweep's drafting rows time their samples together (`sweep timing=together`), one
+    # verifier-alone decode of an item for them all; sharded, each run times its own
+    together = (
+        sum(not is_baseline(row["method"]) for row in spec["rows"]) if timing == "together" and shards <= 1 else 1
+    )
     rows = []
     for data in spec["data"]:
         for row in spec["rows"]:
             cfg = compose_cell(spec, row, data, overrides)
             run = find_run(runs, cfg)
-            cost = cell_cost(cfg, run, gpu, spec.get("timing_sample"), gpus, slots)
+            cost = cell_cost(cfg, run, gpu, spec.get("timing_sample"), gpus, slots, max(1, together))
             power = {"detectable Δ (pts)": None, "Δ from": ""}
             if not is_baseline(cfg.method.name) and cost["items"]:
                 baseline_run = find_run(runs, compose_cell(spec, {"method": BASELINE}, data, overrides))
@@ -293,6 +302,7 @@ COMMAND = Command(
         Key("gpu", "the card priced", "h100", choices=tuple(BANDWIDTH)),
         Key("slots_per_gpu", "runs sharing one GPU", 1, int),
         Key("results", "the stored runs read (default: paths.runs, which paths.results=... moves, as in a run)"),
+        Key("timing", "as the sweep will time (sharded: apart)", "together", choices=("together", "apart")),
         *SPEC_KEYS,
     ),
     overrides="Hydra overrides the runs will be made with (e.g. batch_size=8)",
@@ -305,7 +315,7 @@ def main(argv: list[str] | None = None) -> str:
     gpu, shards, slots, overrides = args.gpu, args.shards, args.slots_per_gpu, args.overrides
     try:
         spec = load_spec(args.spec, spec_overrides(args))
-        df = plan(spec, shards, gpu, overrides, slots, args.results)
+        df = plan(spec, shards, gpu, overrides, slots, args.results, args.timing)
     except (PlanError, SpecError, StoreError) as e:
         fail(e)
     text = (
@@ -315,7 +325,8 @@ def main(argv: list[str] | None = None) -> str:
         f"`estimate` figures come from the cost model (weights and KV cache streamed at {EFFICIENCY:.0%} of "
         f"{BANDWIDTH[gpu] / 1e12:.2f} TB/s, launch-bound floors for eager and compiled forwards), not a "
         "measurement; `chosen` is the engine the runs will use (the spec's `engine`; `auto` is the fast one on a "
-        "GPU) at the spec's batch size; `timing` is its timing sample at batch size 1. `detectable Δ` is the "
+        "GPU) at the spec's batch size; `timing` is its timing sample at batch size 1 (unsharded, a cell's "
+        "methods share each item's verifier-alone decode: `timing=apart` prices one each). `detectable Δ` is the "
         "smallest score difference against the verifier alone that the cell's items detect (paired, 80 % power, "
         "α = 0.05; docs/statistics.md), from stored runs of the setting or assumed (independent decodes at the "
         "verifier's accuracy, 0.5 when unknown). `speedup (predicted)` is a prediction, not a measurement: the "

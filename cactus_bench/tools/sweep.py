@@ -1,7 +1,9 @@
 """Run the sweep behind a table spec, then render the table next to the paper's numbers.
 
 Spec settings override the spec; any other key=value is passed to every run as a Hydra override. Without
-`shards` or a launcher, runs happen in this process, one pair load for all. With them, every cell × shard
+`shards` or a launcher, runs happen in this process, one pair load for all, and the runs that time a sample
+time it together (`app.together`: a cell's methods back to back beside one verifier-alone decode of each
+item; `timing=apart`: each run beside its own). With them, every cell × shard
 is one job of a single Hydra multirun on the chosen launcher (`hydra/launcher=slurm`: one job array, one
 GPU per task; `hydra/launcher=local_gpus`: one machine's GPUs): each run is written as a config
 (`+run=...`) beside the multirun's files, and the last shard of a run to finish writes its summary. Either
@@ -46,6 +48,13 @@ COMMAND = Command(
         *SPEC_KEYS,
         Key("shards", "jobs each run is split into (a multirun)", 0, int),
         Key("slots_per_gpu", "runs sharing one GPU", 1, int),
+        Key(
+            "timing",
+            "how runs in this process time their samples: together (a cell's methods back to back beside one "
+            "verifier-alone decode of each item) or apart (each run beside its own)",
+            "together",
+            choices=("together", "apart"),
+        ),
     ),
     overrides="Hydra overrides for every run (e.g. sampling=greedy), and the launcher (hydra/launcher=slurm)",
     examples=(
@@ -55,10 +64,10 @@ COMMAND = Command(
 )
 
 
-def parse(argv: list[str]) -> tuple[str, dict, list[str], int, int]:
-    """The spec's path, its overrides, the runs' Hydra overrides, shards and slots per GPU."""
+def parse(argv: list[str]) -> tuple[str, dict, list[str], int, int, str]:
+    """The spec's path, its overrides, the runs' Hydra overrides, shards, slots per GPU and the timing."""
     args = COMMAND.parse(argv)
-    return args.spec, spec_overrides(args), args.overrides, args.shards, args.slots_per_gpu
+    return args.spec, spec_overrides(args), args.overrides, args.shards, args.slots_per_gpu, args.timing
 
 
 def launch(spec: dict, todo: list, extra: list[str], shards: int, multirun: Path, slots: int = 1) -> None:
@@ -200,7 +209,7 @@ def main(argv: list[str] | None = None) -> str:
     from cactus_bench.app.offline import go_offline_without_network
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    spec_path, overrides, extra, shards, slots = parse(sys.argv[1:] if argv is None else argv)
+    spec_path, overrides, extra, shards, slots, timing = parse(sys.argv[1:] if argv is None else argv)
     go_offline_without_network()  # before the hub's libraries read the switch
     try:
         if "hydra/launcher=slurm" in extra:
@@ -221,15 +230,25 @@ def main(argv: list[str] | None = None) -> str:
             fail(SweepFailed(f"{e} Not finished: {'; '.join(left)}." if left else str(e)))
     else:
         from cactus_bench.app.run import run
+        from cactus_bench.app.together import time_together
 
+        together = timing == "together"
         for name, run_spec in todo:
             print(f"== {spec['name']}: {name}", flush=True)
             try:
-                run(run_spec)
+                run(run_spec, time_sample=not together)
             except KeyboardInterrupt:
                 print(f"interrupted during {name}: the same command resumes the sweep", file=sys.stderr)
                 sys.exit(130)
             except Exception as e:  # noqa: BLE001  (one paragraph naming what failed; --debug: the traceback)
+                fail(e)
+        if together:
+            try:
+                time_together([run_spec for _, run_spec in todo])
+            except KeyboardInterrupt:
+                print("interrupted while timing: the same command resumes the sweep", file=sys.stderr)
+                sys.exit(130)
+            except Exception as e:  # noqa: BLE001
                 fail(e)
     identity_overrides = [o for o in extra if not o.startswith(("hydra", "progress", "tracking"))]
     try:

@@ -154,3 +154,47 @@ def test_paired_timing_cancels_a_load_that_changes_between_runs(small_pair_dir, 
     assert sps["paired_speedup_n"] == cactus["paired_speedup_n"] == 4
     assert cactus["paired_speedup"] == pytest.approx(sps["paired_speedup"], rel=1e-12)
     assert cactus["speedup"] == pytest.approx(sps["speedup"] / 3, rel=1e-12)  # unpaired: the load, measured
+
+
+def test_a_sweep_times_its_cells_methods_together_beside_one_verifier_alone_decode(small_pair_dir, tmp_path):
+    """In-process, a sweep's drafting runs time their sample together (`app.together`): each item's records
+    in every run hold the same verifier-alone time (one decode), say how many methods shared it, and every
+    summary is merged again with the timings, Cactus's speedup over SpS included. A resume times only what a
+    run lacks; `timing=apart` times each run beside its own verifier-alone decodes, as before."""
+    from cactus_bench.tools.sweep import main
+
+    args = ("sweeps/demo.yaml", "limit=4", "m=2", "max_gen_toks=6", "batch_size=4", "timing_sample=3", "progress=false")
+    env = {"CACTUS_BENCH_RESULTS": str(tmp_path / "together")}
+    out = run_main(main, *args, *pair_overrides(small_pair_dir), env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    runs = tmp_path / "together" / "runs" / "arith" / "small"
+    timed = {p.parent.name.split("_")[0]: p for p in runs.glob("*/timing.jsonl")}
+    assert sorted(timed) == ["cactus-delta0.02", "cactus-delta0.05", "sps", "tas-epsilon0.09-recoveryargmax"]
+
+    def records(path):
+        return {t["index"]: t["stats"] for t in map(json.loads, path.read_text().splitlines())}
+
+    by_run = {name: records(path) for name, path in timed.items()}
+    items = set(by_run["sps"])
+    assert len(items) == 3 and all(set(r) == items for r in by_run.values())
+    for i in items:
+        assert len({r[i]["paired_baseline_time"] for r in by_run.values()}) == 1
+        assert {r[i]["paired_methods"] for r in by_run.values()} == {4}
+    for path in timed.values():
+        summary = json.loads((path.parent / "summary.json").read_text())
+        assert summary["paired_speedup_n"] == 3 and summary["paired_speedup_vs_sps_n"] == 3, summary
+
+    cactus = timed["cactus-delta0.05"]
+    kept = cactus.read_text().splitlines()
+    cactus.write_text("\n".join(kept[:2]) + "\n")  # as if stopped before its last item
+    before = {name: path.read_text() for name, path in timed.items() if path != cactus}
+    assert run_main(main, *args, *pair_overrides(small_pair_dir), env=env).returncode == 0
+    assert all(timed[name].read_text() == text for name, text in before.items())
+    again = records(cactus)
+    assert set(again) == items and [again[i]["paired_methods"] for i in sorted(items)].count(1) == 1
+
+    env = {"CACTUS_BENCH_RESULTS": str(tmp_path / "apart")}
+    assert run_main(main, *args, "timing=apart", *pair_overrides(small_pair_dir), env=env).returncode == 0
+    apart = [records(p) for p in (tmp_path / "apart" / "runs" / "arith" / "small").glob("*/timing.jsonl")]
+    assert len(apart) == 4 and {s["paired_methods"] for r in apart for s in r.values()} == {1}
+    assert len({r[i]["paired_baseline_time"] for r in apart for i in r}) == 12  # a decode of its own each

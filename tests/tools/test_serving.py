@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from cactus_bench.core.decode import Generation, Request
-from cactus_bench.core.decode.api import PairedDecoder
+from cactus_bench.core.decode.api import paired_decoder
 from cactus_bench.core.decode.stats import GenerationOutput, Rounds
 from cactus_bench.tools.perf import serving
 from cactus_bench.tools.perf.serving import VERIFIER, Cell, Decoded
@@ -141,7 +141,7 @@ def test_small_sweep_end_to_end(tmp_path):
     from cactus_bench.core import metrics
 
     sps = next(r for r in rows if r["method"] == "SpS" and r["m"] == 4 and r["batch"] == 1)
-    paired = PairedDecoder(decoders[Cell("SpS", 4, 1, "eager")], decoders[Cell(VERIFIER, None, 1, "eager")])
+    paired = paired_decoder(decoders[Cell("SpS", 4, 1, "eager")], decoders[Cell(VERIFIER, None, 1, "eager")])
     runs = [{"stats": g.stats()} for _ in range(2) for g in paired.generate(requests)]
     est = metrics.paired_speedup(runs)
     value, low, high, _ = sps["speedup"]

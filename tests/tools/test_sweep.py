@@ -41,6 +41,27 @@ def test_plan_prints_a_costed_table_for_table1():
     assert "| compiled " in next(line for line in vllm.splitlines() if line.startswith("| gsm8k"))
 
 
+def test_the_plan_prices_a_cells_methods_timed_together_with_one_verifier_alone_decode_an_item():
+    """Unsharded, Table 1's four drafting rows share each timed item's verifier-alone decode (the sweep's
+    default, `timing=together`): their timing hours fall by three quarters of the verifier-alone part, which
+    `timing=apart` and a sharded plan price in full."""
+    from cactus_bench.tools.plan import plan
+    from cactus_bench.tools.report import load_spec
+
+    spec = load_spec(ROOT / "sweeps" / "table1.yaml")
+    two_rows = {**spec, "rows": spec["rows"][:3]}  # the verifier alone, SpS and TAS
+
+    def timing_hours(spec, **kw):
+        df = plan(spec, gpu="h200", **kw)
+        return float(df[(df["data"] == "gsm8k") & (df["row"] == "SpS")]["timing GPU h"].iloc[0])
+
+    apart, sharded = timing_hours(spec, timing="apart"), timing_hours(spec, shards=8)
+    four, two = timing_hours(spec), timing_hours(two_rows)
+    assert apart == sharded == timing_hours(two_rows, timing="apart") and 0 < four < two < apart
+    # shared by k rows, a row pays 1/k of the verifier-alone decodes: 3/4 of them saved against 1/2
+    assert (apart - four) / (apart - two) == pytest.approx(1.5)
+
+
 def test_the_plan_reads_dataset_facts_from_conf_data_and_refuses_a_dataset_without_them():
     """Item counts come from conf/data (GPQA by subset); before, a dataset missing from plan's own table was
     priced at 0 items, silently."""
@@ -88,8 +109,8 @@ def test_every_sweep_states_its_engine_and_its_cells_run_it():
         row, data = spec["rows"][0], spec["data"][0]
         assert compose_cell(spec, row, data).engine.name == spec["engine"]
         assert {"override /engine": spec["engine"]} in cell_config(spec, row, data)["defaults"]
-    _, spec_overrides, hydra_overrides, _, _ = parse(["sweeps/table1.yaml", "engine=eager"])
-    assert spec_overrides == {"engine": "eager"} and hydra_overrides == []
+    _, spec_overrides, hydra_overrides, _, _, timing = parse(["sweeps/table1.yaml", "engine=eager"])
+    assert spec_overrides == {"engine": "eager"} and hydra_overrides == [] and timing == "together"
     spec = load_spec(ROOT / "sweeps" / "table1.yaml", spec_overrides)
     assert compose_cell(spec, spec["rows"][1], "gsm8k").engine.name == "eager"
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from cactus_bench.core import metrics
-from cactus_bench.core.decode.api import PairedDecoder
+from cactus_bench.core.decode.api import paired_decoder
 from cactus_bench.tools.perf import serving
 from cactus_bench.tools.perf.serving import VERIFIER, Cell
 
@@ -34,7 +34,7 @@ def test_vllms_serving_cells_have_every_column_and_agree_with_the_paired_timing(
             assert r["predicted_speedup"] is None  # vLLM does not split a round into its parts
 
     sps = next(r for r in rows if r["method"] == "SpS" and r["batch"] == 1)
-    paired = PairedDecoder(decoders[Cell("SpS", 4, 1, "vllm")], decoders[Cell(VERIFIER, None, 1, "vllm")])
+    paired = paired_decoder(decoders[Cell("SpS", 4, 1, "vllm")], decoders[Cell(VERIFIER, None, 1, "vllm")])
     est = metrics.paired_speedup(
         [{"stats": g.stats()} for _ in range(3) for g in paired.generate(requests)]
     )  # 12 items

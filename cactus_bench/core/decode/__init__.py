@@ -16,6 +16,8 @@ _WHERE = {
     "ModelSpec": "api",
     "Generation": "api",
     "PairedDecoder": "api",
+    "PairedGroup": "api",
+    "paired_decoder": "api",
     "Request": "api",
     "build_decoder": "api",
     "stable_seed": "api",

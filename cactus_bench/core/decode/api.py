@@ -157,35 +157,89 @@ class ModelLoadError(RuntimeError):
 def build_decoder(models: ModelSpec, spec: DecodeSpec) -> Decoder:
     """The spec's backend's decoder; with paired timing, each request is decoded by the verifier alone too,
     back to back (`PairedDecoder`)."""
-    load = backend(spec.backend).load
-    decoder = load(models, spec)
+    decoder = backend(spec.backend).load(models, spec)
     if spec.paired_timing and spec.method.uses_drafter:
-        return PairedDecoder(decoder, load(replace(models, drafter=None), spec.verifier_alone()))
+        return paired_decoder(decoder, verifier_alone_decoder(models, spec))
     return decoder
 
 
-class PairedDecoder:
-    """Each request decoded by the method and by the verifier alone back to back, alternating which goes
-    first, from the same seed the verifier-alone run uses (so the baseline decode is that run's decode of
-    the request, timed again beside the method's). A busy machine then slows both alike."""
+def verifier_alone_decoder(models: ModelSpec, spec: DecodeSpec) -> Decoder:
+    """The decoder of the spec's verifier-alone baseline (the drafter's name dropped: it loads none)."""
+    return backend(spec.backend).load(replace(models, drafter=None), spec.verifier_alone())
 
-    def __init__(self, method: Decoder, baseline: Decoder):
-        self.method, self.baseline = method, baseline
-        self.device = method.device
-        self._pairs = 0  # paired requests so far: even ones time the verifier alone first
+
+def paired_decoder(method: Decoder, baseline: Decoder) -> PairedDecoder:
+    """Each request decoded by the method and by the verifier alone back to back (a group of one member)."""
+    return PairedGroup({"method": method}, baseline).member("method")
+
+
+class PairedGroup:
+    """Paired timing of one or more methods: each request decoded once by the verifier alone and once by every
+    member, back to back, from the same seed the verifier-alone run uses (so the baseline decode is that run's
+    decode of the request, timed again beside the methods'). The order rotates from request to request (with
+    one member: the verifier alone first, then second), so no decode always follows another. A busy machine
+    slows the decodes of a request alike; members timed together share their verifier-alone decode, so two
+    methods' times of a request are taken moments apart, and one verifier-alone decode serves them all.
+
+    Each member reads its generations through its own `Decoder` (`member(name)`); the first member to ask
+    for a request decodes it for every member still to ask (`expect`: all of them unless told otherwise)."""
+
+    def __init__(self, members: dict[str, Decoder], baseline: Decoder):
+        self.members, self.baseline = members, baseline
+        self._expected = list(members)
+        self._request: Request | None = None
+        self._ready: dict[str, Generation] = {}
+        self._requests = 0  # requests decoded so far: the rotation's position
+
+    def member(self, name: str) -> PairedDecoder:
+        return PairedDecoder(self, name)
+
+    def expect(self, names: Sequence[str]) -> None:
+        """The members that will ask for the next request (a resume times only the members that lack it)."""
+        unknown = [n for n in names if n not in self.members]
+        if unknown:
+            raise KeyError(f"not members of this paired group: {unknown}")
+        self._expected = list(names)
+
+    def take(self, name: str, request: Request) -> Generation:
+        if self._ready:  # decoded for members that have not asked yet: they ask for the same request
+            if request != self._request or name not in self._ready:
+                raise ValueError(
+                    f"paired group: member {name!r} asked for {request.key!r} while {sorted(self._ready)} had yet "
+                    f"to take {self._request.key!r}: members timed together take the same requests in turn"
+                )
+        elif name in self._expected:
+            self._decode(request)
+        else:
+            raise ValueError(f"paired group: member {name!r} asked for a request it was not expected to time")
+        return self._ready.pop(name)
+
+    def _decode(self, request: Request) -> None:
+        order: list[str | None] = [None, *self._expected]  # None: the verifier alone
+        shift = self._requests % len(order)
+        order = order[shift:] + order[:shift]
+        self._requests += 1
+        done: dict[str | None, Generation] = {}
+        for name in order:
+            decoder = self.baseline if name is None else self.members[name]
+            done[name] = next(iter(decoder.generate([request])))
+        base, at = done.pop(None), order.index(None)
+        for name, gen in done.items():
+            gen.paired = paired_record(gen.output, base.output, at < order.index(name)) | {"paired_methods": len(done)}
+        self._request, self._ready = request, done
+
+
+class PairedDecoder:
+    """One member's view of a `PairedGroup`: its generations, each with its paired timing (`paired_record`)."""
+
+    def __init__(self, group: PairedGroup, name: str):
+        self.group, self.name = group, name
+        self.method = group.members[name]
+        self.device = self.method.device
 
     def generate(self, requests: Sequence[Request]) -> Iterator[Generation]:
         for req in requests:
-            baseline_first = self._pairs % 2 == 0
-            self._pairs += 1
-            if baseline_first:
-                base = next(self.baseline.generate([req]))
-                gen = next(self.method.generate([req]))
-            else:
-                gen = next(self.method.generate([req]))
-                base = next(self.baseline.generate([req]))
-            gen.paired = paired_record(gen.output, base.output, baseline_first)
-            yield gen
+            yield self.group.take(self.name, req)
 
     @property
     def tokenizer_name(self) -> str:
