@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
+from cactus_bench.adapters.benchmarks.base import one_request_per_item
 from cactus_bench.app import timing
 from cactus_bench.app.config import RunSpec
 from cactus_bench.app.run import (
@@ -38,13 +39,22 @@ from cactus_bench.core.metrics.timing_conditions import condition_class, describ
 log = logging.getLogger("cactus_bench")
 
 
+def times_together(spec: RunSpec) -> bool:
+    """Whether a run can time its sample in a group: a drafting run that times a sample after a batched
+    decode (with paired_timing it times each item as it decodes it), on a benchmark whose items are one
+    request each (a Spec-Bench question's second turn follows the method's own first answer)."""
+    cfg = spec.cfg
+    if cfg.paired_timing or not (spec.method.uses_drafter and cfg.timing_sample and cfg.batch_size != 1):
+        return False
+    return one_request_per_item(cfg.data)
+
+
 def groups_of(specs: list[RunSpec]) -> list[list[RunSpec]]:
-    """The runs that time a sample after a batched decode, grouped by what their verifier-alone decodes
-    share (runs with paired_timing time each item as they decode it, and are left out)."""
+    """The runs that time together (`times_together`), grouped by what their verifier-alone decodes share."""
     groups: list[tuple[tuple, list[RunSpec]]] = []
     for spec in specs:
         cfg = spec.cfg
-        if cfg.paired_timing or not (spec.method.uses_drafter and cfg.timing_sample and cfg.batch_size != 1):
+        if not times_together(spec):
             continue
         key = (
             baseline_spec(spec),

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from cactus_bench.adapters.benchmarks.base import one_request_per_item
 from cactus_bench.app.errors import fail
 from cactus_bench.app.runs import find_run, load_runs
 from cactus_bench.app.schema import DEVICE_RESULTS_DIR
@@ -277,7 +278,8 @@ def plan(
         for row in spec["rows"]:
             cfg = compose_cell(spec, row, data, overrides)
             run = find_run(runs, cfg)
-            cost = cell_cost(cfg, run, gpu, spec.get("timing_sample"), gpus, slots, max(1, together))
+            shared = max(1, together) if one_request_per_item(cfg.data) else 1  # Spec-Bench times apart
+            cost = cell_cost(cfg, run, gpu, spec.get("timing_sample"), gpus, slots, shared)
             power = {"detectable Δ (pts)": None, "Δ from": ""}
             if not is_baseline(cfg.method.name) and cost["items"]:
                 baseline_run = find_run(runs, compose_cell(spec, {"method": BASELINE}, data, overrides))

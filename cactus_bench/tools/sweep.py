@@ -230,13 +230,13 @@ def main(argv: list[str] | None = None) -> str:
             fail(SweepFailed(f"{e} Not finished: {'; '.join(left)}." if left else str(e)))
     else:
         from cactus_bench.app.run import run
-        from cactus_bench.app.together import time_together
+        from cactus_bench.app.together import time_together, times_together
 
         together = timing == "together"
         for name, run_spec in todo:
             print(f"== {spec['name']}: {name}", flush=True)
             try:
-                run(run_spec, time_sample=not together)
+                run(run_spec, time_sample=not (together and times_together(run_spec)))
             except KeyboardInterrupt:
                 print(f"interrupted during {name}: the same command resumes the sweep", file=sys.stderr)
                 sys.exit(130)

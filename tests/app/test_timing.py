@@ -198,3 +198,25 @@ def test_a_sweep_times_its_cells_methods_together_beside_one_verifier_alone_deco
     apart = [records(p) for p in (tmp_path / "apart" / "runs" / "arith" / "small").glob("*/timing.jsonl")]
     assert len(apart) == 4 and {s["paired_methods"] for r in apart for s in r.values()} == {1}
     assert len({r[i]["paired_baseline_time"] for r in apart for i in r}) == 12  # a decode of its own each
+
+
+def test_only_runs_of_one_request_items_time_together():
+    """A drafting run with a timing sample on lm-eval tasks times in a group; a Spec-Bench run does not (a
+    question's second turn follows the method's own first answer, so two methods decode other requests),
+    nor the verifier alone, a run with paired_timing (timed as it decodes), or one at batch size 1."""
+    from cactus_bench.app.config import validate
+    from cactus_bench.app.together import groups_of, times_together
+
+    def spec(*over):
+        return validate(cfg_of("pair=tiny", "batch_size=4", "timing_sample=3", *over))
+
+    grouped = [spec("data=arith", "method=sps"), spec("data=arith", "method=cactus"), spec("data=gsm8k", "method=sps")]
+    alone = [
+        spec("data=specbench", "method=sps"),
+        spec("data=arith", "method=ar"),
+        spec("data=arith", "method=sps", "paired_timing=true", "batch_size=1"),
+        spec("data=arith", "method=sps", "batch_size=1"),
+    ]
+    assert [times_together(s) for s in grouped + alone] == [True] * 3 + [False] * 4
+    groups = groups_of(grouped + alone)
+    assert [[s.cfg.data.name for s in g] for g in groups] == [["arith", "arith"], ["gsm8k"]]

@@ -60,6 +60,9 @@ def test_the_plan_prices_a_cells_methods_timed_together_with_one_verifier_alone_
     assert apart == sharded == timing_hours(two_rows, timing="apart") and 0 < four < two < apart
     # shared by k rows, a row pays 1/k of the verifier-alone decodes: 3/4 of them saved against 1/2
     assert (apart - four) / (apart - two) == pytest.approx(1.5)
+    specbench = load_spec(ROOT / "sweeps" / "table2.yaml")  # its questions' turns differ by method: apart
+    hours = [plan(specbench, gpu="h200", timing=t)["timing GPU h"].tolist() for t in ("together", "apart")]
+    assert hours[0] == hours[1] and any(isinstance(h, float) and h > 0 for h in hours[0]), hours
 
 
 def test_the_plan_reads_dataset_facts_from_conf_data_and_refuses_a_dataset_without_them():

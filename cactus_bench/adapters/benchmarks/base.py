@@ -54,13 +54,21 @@ class Kind:
     gives what a table shows for a stored run against its reference runs (SpS, the verifier alone; either
     may be None), by group; `summary(samples, data)` recomputes a run's summary over some of its samples
     (a table over the items every run shares) without lm-eval; `figures` names the report's figure
-    families drawn from such runs; `labels` renames metrics where the kind defines them its own way."""
+    families drawn from such runs; `labels` renames metrics where the kind defines them its own way;
+    `one_request` says each item is one request, the same whatever the method (a sweep can then time its
+    methods on it together: `app.together`)."""
 
     make: Callable[[Any], Benchmark]
     cells: Callable[[Any, Any, Any], Cells]
     summary: Callable[[list[dict], dict], dict]
     figures: tuple[str, ...]
     labels: dict[str, str]
+    one_request: bool = True
+
+
+def one_request_per_item(data) -> bool:
+    """Whether a `data` config's items are each one request that every method decodes alike."""
+    return KINDS.get(data.kind).one_request
 
 
 KINDS: Registry[Kind] = Registry("benchmark kind", group="cactus_bench.benchmarks")
@@ -148,6 +156,7 @@ KINDS.add(
         specbench_summary,
         ("specbench_speedup",),
         {"speedup": "speedup (ratio of mean speeds)"},
+        one_request=False,  # a question's second turn follows the method's own first answer; it warms up first
     ),
 )
 
