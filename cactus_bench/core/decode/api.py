@@ -204,9 +204,10 @@ class PairedGroup:
     def take(self, name: str, request: Request) -> Generation:
         if self._ready:  # decoded for members that have not asked yet: they ask for the same request
             if request != self._request or name not in self._ready:
+                pending = None if self._request is None else self._request.key
                 raise ValueError(
                     f"paired group: member {name!r} asked for {request.key!r} while {sorted(self._ready)} had yet "
-                    f"to take {self._request.key!r}: members timed together take the same requests in turn"
+                    f"to take {pending!r}: members timed together take the same requests in turn"
                 )
         elif name in self._expected:
             self._decode(request)
@@ -219,11 +220,15 @@ class PairedGroup:
         shift = self._requests % len(order)
         order = order[shift:] + order[:shift]
         self._requests += 1
-        done: dict[str | None, Generation] = {}
+        done: dict[str, Generation] = {}
+        base: Generation | None = None
         for name in order:
-            decoder = self.baseline if name is None else self.members[name]
-            done[name] = next(iter(decoder.generate([request])))
-        base, at = done.pop(None), order.index(None)
+            if name is None:
+                base = next(iter(self.baseline.generate([request])))
+            else:
+                done[name] = next(iter(self.members[name].generate([request])))
+        assert base is not None
+        at = order.index(None)
         for name, gen in done.items():
             gen.paired = paired_record(gen.output, base.output, at < order.index(name)) | {"paired_methods": len(done)}
         self._request, self._ready = request, done
