@@ -220,3 +220,37 @@ def test_only_runs_of_one_request_items_time_together():
     assert [times_together(s) for s in grouped + alone] == [True] * 3 + [False] * 4
     groups = groups_of(grouped + alone)
     assert [[s.cfg.data.name for s in g] for g in groups] == [["arith", "arith"], ["gsm8k"]]
+
+
+def test_a_group_gives_each_method_the_tokens_it_decodes_alone_when_outputs_are_overwritten(small_pair_dir):
+    """Timed together, the verifier alone, SpS and Cactus decode each request in turn, each with its own
+    decoder: under CUDA graph trees' overwriting of a forward's outputs at the next forward (emulated,
+    `graphs.overwritten_outputs`) every one still decodes the tokens it decodes alone."""
+    from cactus_bench.app.config import validate
+    from cactus_bench.app.run import get_decoder, models_of
+    from cactus_bench.app.together import baseline_spec
+    from cactus_bench.core.decode import graphs
+    from cactus_bench.core.decode.api import PairedGroup, Request, verifier_alone_decoder
+
+    specs = {
+        m: validate(cfg_of(*TINY, f"method={m}", "max_gen_toks=12", pair_dir=small_pair_dir)) for m in ("sps", "cactus")
+    }
+    requests = [Request(f"Tom has {n} apples and buys {n + 3}. How many?", ("arith", n)) for n in range(3)]
+
+    def decoders():
+        members = {m: get_decoder(s, batch_size=1, statistics=False) for m, s in specs.items()}
+        return members, verifier_alone_decoder(models_of(specs["sps"]), baseline_spec(specs["sps"]))
+
+    members, baseline = decoders()
+    alone = {m: [g.output.tokens for g in d.generate(requests)] for m, d in members.items()}
+    alone["verifier"] = [g.output.tokens for g in baseline.generate(requests)]
+    with graphs.overwritten_outputs():
+        members, baseline = decoders()
+        group = PairedGroup(members, baseline)
+        together = {m: [] for m in members}
+        for r in requests:
+            for m in members:
+                together[m].append(next(group.member(m).generate([r])))
+    for m in members:
+        assert [g.output.tokens for g in together[m]] == alone[m], m
+        assert all(g.paired["paired_baseline_tokens"] == len(t) for g, t in zip(together[m], alone["verifier"]))
