@@ -2,6 +2,7 @@
 a paired decode, the prediction from them and the run's acceptance profile, and the mean of per-item ratios."""
 
 import pytest
+import torch
 
 from cactus_bench.core import metrics
 from cactus_bench.core.decode.api import paired_record
@@ -113,3 +114,53 @@ def test_a_runs_paired_speedup_against_spss_by_hand():
     sps[3]["timing_conditions"] = {"host": "b", "batch_size": 1}
     reading = metrics.read("paired_speedup_vs_sps", cactus, {"sps": sps})
     assert reading.flagged and "2 conditions" in reading.caveat
+
+
+@pytest.mark.slow  # decodes 24 prompts and times 16 of them twice on a launch-bound pair: about 20 s
+def test_on_the_launch_bound_pair_the_prediction_lies_inside_the_measured_interval():
+    """bench-speed's launch-bound pair (a 1-layer drafter of an 8-layer 256-wide verifier: forwards of a few
+    ms, where the loop's own time weighs most), SpS at m = 4, T = 1 as bench-speed runs it: a run of 24
+    prompts gives τ and k̄, 16 of them are timed beside the verifier alone (back to back, alternating which goes
+    first, the run's own random streams), and the cost model's prediction from the timed step costs and the
+    run's acceptance lies inside the measured paired speedup's interval. The prediction is not the
+    measurement: the timed prompts' τ is not the run's."""
+    from cactus_bench.core.decode import autoregressive_generate, speculative_generate
+    from cactus_bench.tools.perf.shapes import PAIRS
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        drafter, verifier = PAIRS["launch"]()
+        prompts = [
+            torch.randint(0, 2048, (24,), generator=torch.Generator().manual_seed(i)).tolist() for i in range(24)
+        ]
+
+        def options(i):
+            return {"max_new_tokens": 48, "temperature": 1.0, "generator": torch.Generator().manual_seed(1000 + i)}
+
+        def sps(i):
+            return speculative_generate(drafter, verifier, prompts[i], rule="sps", m=4, **options(i))
+
+        def alone(i):
+            return autoregressive_generate(verifier, prompts[i], **options(i))
+
+        sps(0), alone(0)  # warm up (first calls allocate and initialise)
+        run = [sps(i) for i in range(24)]
+        samples = [{"id": i, "stats": out.counters()} for i, out in enumerate(run)]
+        for n, i in enumerate(i for i in range(24) if i % 3 != 2):  # the timing sample: 16 of the 24
+            first = n % 2 == 0
+            if first:
+                base, out = alone(i), sps(i)
+            else:
+                out, base = sps(i), alone(i)
+            assert out.tokens == run[i].tokens  # the run's own decode, timed again
+            samples[i]["stats"] |= paired_record(out, base, first)
+    finally:
+        torch.set_num_threads(threads)
+    measured = metrics.read("paired_speedup", samples).value
+    predicted = metrics.read("predicted_speedup", samples).value
+    timed = [s["stats"] for s in samples if "paired_method_time" in s["stats"]]
+    tau_timed = sum(s["new_tokens"] for s in timed) / sum(s["verifier_calls"] for s in timed)
+    tau_run = sum(s["stats"]["new_tokens"] for s in samples) / sum(s["stats"]["verifier_calls"] for s in samples)
+    assert measured.items == 16 and tau_timed != tau_run
+    assert measured.low <= predicted <= measured.high, (predicted, measured, tau_timed, tau_run)
