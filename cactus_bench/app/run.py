@@ -186,16 +186,17 @@ def summarise(spec: RunSpec, bench, store, items, tracker, finished: list[dict])
     return summary
 
 
-def times_a_sample(spec: RunSpec, store, items) -> bool:
+def times_after_decoding(spec: RunSpec) -> bool:
     """Whether the run times items after decoding them: a drafting method with paired timing (a resume times
-    what was decoded untimed) or a batched one with a timing sample, unless its stored summary covers more
-    items (a smaller rerun adds no timing)."""
+    what was decoded untimed) or a batched one with a timing sample."""
     cfg = spec.cfg
+    return spec.method.uses_drafter and bool(cfg.paired_timing or (cfg.timing_sample and cfg.batch_size != 1))
+
+
+def times_a_sample(spec: RunSpec, store, items) -> bool:
+    """`times_after_decoding`, unless its stored summary covers more items (a smaller rerun adds no timing)."""
     stored = store.stored_summary()
-    covered = stored is not None and stored.get("samples", 0) > len(items)
-    return (
-        spec.method.uses_drafter and not covered and (cfg.paired_timing or (cfg.timing_sample and cfg.batch_size != 1))
-    )
+    return times_after_decoding(spec) and not (stored is not None and stored.get("samples", 0) > len(items))
 
 
 def sample_to_time(spec: RunSpec, bench, store, items, mine, here: dict) -> list:

@@ -30,6 +30,7 @@ from cactus_bench.app.run import (
     sigterm_as_interrupt,
     summarise,
     times_a_sample,
+    times_after_decoding,
 )
 from cactus_bench.app.store import RunStore, StoreError
 from cactus_bench.app.tracking import make_tracker
@@ -43,10 +44,7 @@ def times_together(spec: RunSpec) -> bool:
     """Whether a run can time its sample in a group: a drafting run that times a sample after a batched
     decode (with paired_timing it times each item as it decodes it), on a benchmark whose items are one
     request each (a Spec-Bench question's second turn follows the method's own first answer)."""
-    cfg = spec.cfg
-    if cfg.paired_timing or not (spec.method.uses_drafter and cfg.timing_sample and cfg.batch_size != 1):
-        return False
-    return one_request_per_item(cfg.data)
+    return times_after_decoding(spec) and not spec.cfg.paired_timing and one_request_per_item(spec.cfg.data)
 
 
 def groups_of(specs: list[RunSpec]) -> list[list[RunSpec]]:
