@@ -111,3 +111,87 @@ def test_a_new_figure_family_is_one_registered_draw(tmp_path):
         with pytest.raises(ValueError, match="source is one of"):
             figure_family("odd", "elsewhere")(draw)
     assert "mine" not in FAMILIES
+
+
+# --- every figure family over a store of awkward runs -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def awkward_store(small_pair_dir, tmp_path_factory):
+    """Runs no figure can assume complete: two items (every interval withheld), m = 6 against an 8-token
+    budget (positions no round reaches), a batched run with no timing sample, a method alone on a dataset
+    with no verifier-alone run, and a Spec-Bench run."""
+    from tests.helpers.configs import cfg_of
+
+    results = tmp_path_factory.mktemp("awkward") / "runs"
+    few = ("pair=tiny", "m=6", "max_gen_toks=8", "limit=2", "progress=false")
+    cells = [
+        ("data=arith", "method=ar"),
+        ("data=arith", "method=cactus", "delta=0.75", "paired_timing=true"),
+        ("data=arith", "method=cactus", "delta=1.5", "paired_timing=true"),
+        ("data=arith", "method=sps", "batch_size=2", "timing_sample=null"),
+        ("data=gsm8k", "method=cactus", "delta=0.75"),
+        ("data=specbench", "method=ar"),
+        ("data=specbench", "method=sps", "batch_size=2", "timing_sample=null"),
+    ]
+    for cell in cells:
+        run_mod.run(cfg_of(*few, *cell, results=results, pair_dir=small_pair_dir))
+    return results
+
+
+def test_every_figure_family_draws_from_a_store_of_awkward_runs(awkward_store, tmp_path):
+    """No family fails on small n, withheld intervals, unreached positions, untimed or batched runs, a
+    method alone or a dataset without its verifier run: it leaves out what it cannot draw, and says so."""
+    from cactus_bench.tools.report.figures.common import FAMILIES
+
+    runs = load_runs(awkward_store)
+    made = figures(runs, tmp_path)
+    drawn = {name.split("_")[0] for name in made}
+    assert {"fig1", "positions", "fig3", "fig2"} <= drawn, sorted(made)
+    assert any(name.startswith("fig_") for name in made), sorted(made)  # Spec-Bench's, from a batched run
+    notes = "\n".join(p.read_text() for p in tmp_path.glob("positions_*_notes.txt"))
+    assert "no round reached position(s)" in notes and "interval withheld" in notes
+    families = {f for r in runs for f in r.kind.figures}
+    assert families <= set(FAMILIES) and {"positions", "speedup", "tradeoff", "delta_grid"} <= families
+
+
+def test_speedup_labels_never_print_over_each_other(awkward_store, tmp_path, monkeypatch):
+    """Two methods at nearly the same AL and speedup (the demo's 2.06× and 2.11× at AL 2.61 and 2.67): every
+    text on the figure has its own place; each speedup is read from the legend."""
+    from cactus_bench.core import metrics
+    from cactus_bench.core.intervals import Estimate
+    from cactus_bench.tools.report.figures import common, speedup
+
+    runs = [r for r in load_runs(awkward_store) if r.data_label == "arith"]
+    close = iter([(2.61, 2.06), (2.67, 2.11), (2.64, 2.08)])
+    fixed = {}
+    for r in runs:
+        if not r.is_baseline:
+            r.summary["accepted_length"], fixed[r.key] = next(close)
+    monkeypatch.setattr(
+        speedup,
+        "speedup_of",
+        lambda run, ar: (
+            metrics.Reading(Estimate(fixed[run.key], fixed[run.key] - 0.05, fixed[run.key] + 0.05, 20)),
+            "paired",
+        ),
+    )
+    boxes = []
+
+    def keep(self, fig, name):
+        if not name.startswith("fig3"):
+            return
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        for ax in fig.axes:
+            texts = [t for t in ax.texts if t.get_text()]
+            if ax.get_legend() is not None:
+                texts += ax.get_legend().get_texts()
+            boxes.append([t.get_window_extent(renderer) for t in texts])
+
+    monkeypatch.setattr(common.Sink, "save", keep)
+    figures(runs, tmp_path)
+    assert boxes and len(boxes[0]) >= 4, "no speedup figure with its labels drawn"
+    for texts in boxes:
+        for i, a in enumerate(texts):
+            assert not any(a.overlaps(b) for b in texts[i + 1 :]), "two labels print over each other"

@@ -102,7 +102,14 @@ def runs_frame(runs: list[Run]) -> pd.DataFrame:
                 "run": r,
             }
         )
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    for col in NUMERIC:  # a figure reads a missing number (a withheld or unmeasured one) as NaN, never None
+        if col in df:
+            df[col] = pd.to_numeric(df[col], errors="coerce")
+    return df
+
+
+NUMERIC = ("delta", "score", "score_stderr", "accepted_length", "output_kl", "target_kl")
 
 
 def setting_differences(df: pd.DataFrame) -> dict[str, str]:

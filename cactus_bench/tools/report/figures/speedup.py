@@ -3,6 +3,8 @@ timing where stored): a point per method, the verifier alone at AL 0 and 1×, an
 
 from __future__ import annotations
 
+import pandas as pd
+
 from cactus_bench.app.runs import Run
 from cactus_bench.core import metrics
 from cactus_bench.tools.report.figures.common import (
@@ -38,9 +40,11 @@ def draw(sink, name, title, g, ver) -> None:
         if reading.caveat is not None:
             caveats.append(f"{label}: {reading.caveat}")
         est, al = reading.value, r["accepted_length"]
-        if est is None or al is None:
+        if est is None or pd.isna(al):
             continue
-        points.append((r["method"], label + (f" {CAVEAT_MARK}" if reading.flagged else ""), al, est))
+        # the value in the legend, not beside the point: points at nearby AL and speedup would print over each other
+        shown = f"{label} {est.value:.2f}×" + (f" {CAVEAT_MARK}" if reading.flagged else "")
+        points.append((r["method"], shown, al, est))
         kinds.add(kind)
         timed.add(est.items)
         intervals = intervals or est.low is not None
@@ -54,7 +58,6 @@ def draw(sink, name, title, g, ver) -> None:
     for _, label, al, est in points:
         below, above = error_bar(est)
         ax.errorbar([al], [est.value], yerr=[[below], [above]], capsize=4, ls="none", label=label, **styles[label])
-        ax.annotate(f"{est.value:.2f}×", (al, est.value + above), xytext=(4, 2), textcoords="offset points", fontsize=7)
     ax.axhline(1.0, color="k", lw=0.8, ls=":")
     what = " / ".join(sorted(kinds)) + ("; 95 % interval" if intervals else "; too few items for an interval")
     ax.set(

@@ -4,6 +4,8 @@ comparison the claims are about: docs/statistics.md)."""
 
 from __future__ import annotations
 
+import pandas as pd
+
 from cactus_bench.core import metrics
 from cactus_bench.tools.report.figures.common import (
     delta_label,
@@ -27,7 +29,9 @@ def draw(sink, name, title, g, ver) -> None:
         verifier_band(ax, ver.iloc[0]["score"], ver.iloc[0]["score_stderr"])
     styles = method_styles(g["method"].unique())
     for i, (method, h) in enumerate(g.groupby("method", sort=True)):
-        h = h.sort_values("accepted_length")
+        h = h.dropna(subset=["accepted_length", "score"]).sort_values("accepted_length")
+        if not len(h):
+            continue
         ax.errorbar(
             h["accepted_length"],
             h["score"],
@@ -64,7 +68,7 @@ def _paired_panel(ax, g, ver_run, styles) -> None:
     for method, h in g.groupby("method", sort=True):
         for _, r in h.sort_values("accepted_length").iterrows():
             est = metrics.read("score_delta", r["run"].samples, {"baseline": ver_run.samples}).value
-            if est is None or r["accepted_length"] is None:
+            if est is None or pd.isna(r["accepted_length"]):
                 continue
             n = est.items
             ax.errorbar(
