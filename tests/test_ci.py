@@ -69,3 +69,32 @@ def test_the_report_fails_past_the_limit_naming_the_slowest_tiers(tmp_path):
     assert within.returncode == 0 and not within.stderr
     record(tmp_path, "lint", 100, 10, status=1)
     assert tiers("report", folder=tmp_path, CI_LIMIT_S="4000").returncode == 1  # a failed tier fails the report
+
+
+def test_no_tier_forces_a_kernel_level_some_cpu_lacks():
+    """CI lands on AVX2-only, AVX-512 and AMX machines: a kernel level above AVX2 (which every one has) is
+    asked for only through `tests/helpers/kernels.py`, which offers the levels this CPU has. (A test that
+    forced ATEN_CPU_CAPABILITY=avx512 died of SIGILL on an AVX2-only EPYC.)"""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    forced = re.compile(r"""(ATEN_CPU_CAPABILITY|NPY_DISABLE_CPU_FEATURES|MKL_ENABLE_INSTRUCTIONS|ONEDNN_MAX_CPU_ISA)"""
+                        r"""["']?\s*[:=]\s*["']?(\w+)""")  # fmt: skip
+    found = []
+    for path in [*root.glob("cactus_bench/**/*.py"), *root.glob("tests/**/*.py"), *root.glob("scripts/*"),
+                 root / "Makefile", *root.glob(".ci/*")]:  # fmt: skip
+        if path.is_file() and path.name != "kernels.py" and path != Path(__file__).resolve():
+            for name, value in forced.findall(path.read_text(errors="replace")):
+                if not (name == "ATEN_CPU_CAPABILITY" and value.lower() in ("default", "avx2")):
+                    found.append(f"{path.relative_to(root)}: {name}={value}")
+    assert not found, found
+
+
+def test_the_kernel_levels_offered_are_those_the_cpu_has(monkeypatch):
+    """On an AVX2-only CPU the AVX-512 level is skipped (and named), never forced."""
+    from tests.helpers import kernels
+
+    monkeypatch.setattr(kernels, "aten_level", lambda: "avx2")
+    levels, skipped = kernels.kernel_levels()
+    assert list(levels) == ["default", "avx2"] and skipped == ["avx512"]
+    assert all(v["ATEN_CPU_CAPABILITY"] in ("default", "avx2") for v in levels.values())
