@@ -16,8 +16,12 @@ EXPLAINED = (
     "DataError",
     "StoreError",
     "LockHeld",
+    "LockLost",
+    "NonFiniteModel",
+    "ContextTooLong",
     "PairUnavailable",
     "SourceUnavailable",
+    "UnverifiedBytes",
     "SweepFailed",
     "JobsUnfinished",
     "ModelLoadError",
@@ -97,5 +101,10 @@ def explain_composition(e: BaseException, overrides: list[str]) -> ConfigComposi
         )
         return ConfigCompositionError(f"{key}={value!r} is not valid: {need} is needed")
     if isinstance(e, HydraException) or type(e).__name__ == "OverrideParseException":
-        return ConfigCompositionError(f"could not read the overrides {' '.join(overrides)}: {text.splitlines()[0]}")
+        said = f"could not read the overrides {' '.join(overrides)}: {text.splitlines()[0]}"
+        unquoted = [o for o in overrides if not o.isascii() and "=" in o and o.split("=", 1)[1][:1] not in "'\""]
+        if unquoted:  # Hydra's grammar reads an unquoted value in ASCII only
+            key, value = unquoted[0].split("=", 1)
+            said += f". A value with characters beyond ASCII must be quoted: '{key}=\"{value}\"'"
+        return ConfigCompositionError(said)
     return None

@@ -1,32 +1,45 @@
-"""One writer per run folder: an exclusive lock file naming its holder, with a heartbeat.
+"""One writer per run folder: an exclusive lock file naming its holder, with a heartbeat and a fence.
 
-The lock is a file created with O_EXCL holding the holder's host and pid; while held, a thread touches it
-every HEARTBEAT_S seconds. A second process fails at once with a message naming the holder. A lock is
-taken over (one line says so) when its holder is gone: on this host, a dead pid (a requeued job on the same
-node has a new pid); from another host, whose process cannot be checked from here, a heartbeat older than
-`CACTUS_BENCH_LOCK_STALE_S` (default 300 s): a job pre-empted on one node and requeued on another; a lock
-file with no readable holder (a full disk cut its write) once it is a few seconds old.
+The lock is a file created with O_EXCL holding its holder: host, pid, the process's start (boot id and
+start time: a pid reused by another process is not the holder), its SLURM job, and a token of its own.
+While held, a thread touches it every HEARTBEAT_S seconds. A lock is taken over (one line says so) when
+its holder is gone: on this host, a process that has ended or whose pid now belongs to another process;
+anywhere, a holder of this very SLURM job (requeued, on this node or another); from another host, whose
+process cannot be checked from here, a heartbeat older than `CACTUS_BENCH_LOCK_STALE_S` (default 300 s);
+a lock file with no readable holder (a full disk cut its write) once it is a few seconds old. A fresh lock
+of another host is waited for, a bounded time (`CACTUS_BENCH_LOCK_WAIT_S`, default the stale time and a
+heartbeat: long enough for a holder that died to go stale), with a line saying so; a live holder on this
+host is refused at once.
 
 A takeover is atomic: a taker first creates a marker file with O_EXCL (one taker at a time), then checks
-that the lock still holds the very holder it judged gone, and only then replaces it. Two takers that judged
-the same stale lock therefore never both hold the run: the second finds the marker, or finds the first's
-lock in place of the stale one.
+that the lock still holds the very holder it judged gone, and only then replaces it.
+
+The fence: a holder may have been paused past the stale time (a SLURM suspend, a VM pause) and taken over.
+Every write of the run goes through `fenced()`, which checks, under an flock of the lock's gate file, that
+the lock still holds this holder's token; a taker passes through the same gate once it holds the lock. So
+a write either finished before the takeover (the taker reads it) or finds the lock lost: it raises
+`LockLost` and writes nothing, and the heartbeat no longer touches a lock that is not its own.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
+import secrets
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 HEARTBEAT_S = 30.0
 UNWRITTEN_S = 5.0  # a lock file still without its holder after this long was cut short (never written)
 MARKER_STALE_S = 60.0  # a takeover marker this old belongs to a taker that died mid-takeover
+POLL_S = 2.0  # how often a fresh lock of another host is looked at again while waiting for it
+GATE_WAIT_S = 30.0  # a taker waits this long for a write in flight of the holder it replaced
 log = logging.getLogger("cactus_bench")
 
 
@@ -34,8 +47,16 @@ def stale_after() -> float:
     return float(os.environ.get("CACTUS_BENCH_LOCK_STALE_S", "300"))
 
 
+def wait_for_other_host() -> float:
+    return float(os.environ.get("CACTUS_BENCH_LOCK_WAIT_S", stale_after() + HEARTBEAT_S))
+
+
 class LockHeld(RuntimeError):
     """Another live process writes this run (or this shard of it)."""
+
+
+class LockLost(RuntimeError):
+    """This process's lock was taken over while it was paused: it must write nothing more."""
 
 
 def _alive(pid: int) -> bool:
@@ -46,6 +67,25 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # exists, owned by someone else
         return True
     return True
+
+
+def process_start(pid: int) -> str | None:
+    """When process `pid` started, as `<boot id>:<clock ticks since boot>` (Linux); None where unknown. Two
+    processes that ever had one pid never share it."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return f"{boot}:{stat.rsplit(')', 1)[1].split()[19]}"  # field 22, counted after the command's name
+
+
+def slurm_job() -> str | None:
+    """The SLURM job (array tasks as <array>_<task>) this process runs in, if any."""
+    env = os.environ
+    if env.get("SLURM_ARRAY_JOB_ID"):
+        return f"{env['SLURM_ARRAY_JOB_ID']}_{env.get('SLURM_ARRAY_TASK_ID', '')}"
+    return env.get("SLURM_JOB_ID")
 
 
 def _parse(text: str | None) -> dict:
@@ -59,7 +99,9 @@ def _parse(text: str | None) -> dict:
 class RunLock:
     def __init__(self, path: Path | str):
         self.path = Path(path)
+        self.gate = self.path.with_name(f"{self.path.name}.gate")
         self.held = False
+        self.token: str | None = None
         self._beating: threading.Event | None = None
 
     def _create(self) -> bool:
@@ -67,9 +109,18 @@ class RunLock:
             fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             return False
-        holder = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        token = secrets.token_hex(8)
+        holder = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "started": process_start(os.getpid()),
+            "slurm_job": slurm_job(),
+            "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "token": token,
+        }
         with os.fdopen(fd, "w") as f:
             json.dump(holder, f)
+        self.token = token
         return True
 
     def holder(self) -> dict:
@@ -82,20 +133,35 @@ class RunLock:
             return None
 
     def acquire(self) -> RunLock:
-        if self._create():
-            return self._held()
-        judged = self._text()
-        holder = _parse(judged)
-        gone = self._gone(holder)
-        if gone and self._take_over(judged):
-            log.warning("taking over the lock of %s: %s", self.path.parent, gone)
-            return self._held()
-        holder = self.holder()
-        who = f"pid {holder.get('pid', '?')} on {holder.get('host', '?')} (since {holder.get('since', '?')})"
+        deadline = None
+        while True:
+            if self._create():
+                return self._held()
+            judged = self._text()
+            holder = _parse(judged)
+            gone = self._gone(holder)
+            if gone and self._take_over(judged):
+                log.warning("taking over the lock of %s: %s", self.path.parent, gone)
+                return self._held()
+            holder = self.holder()
+            if gone or not holder or holder.get("host") == socket.gethostname():
+                break  # a live holder here (or another taker won): refused at once
+            if deadline is None:
+                deadline = time.monotonic() + wait_for_other_host()
+                log.warning(
+                    "%s is being written by %s: waiting up to %g s for it to finish or go stale "
+                    "(CACTUS_BENCH_LOCK_WAIT_S)",
+                    self.path.parent,
+                    _who(holder),
+                    wait_for_other_host(),
+                )
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(min(POLL_S, max(deadline - time.monotonic(), 0.0)))
         raise LockHeld(
-            f"{self.path.parent} is being written by {who}: one writer per run. Wait for it to finish; a holder "
-            f"on another machine that stops its heartbeat for {stale_after():.0f} s is taken over "
-            f"(CACTUS_BENCH_LOCK_STALE_S), or delete {self.path} if you know that process is gone."
+            f"{self.path.parent} is being written by {_who(self.holder())}: one writer per run. Wait for it to "
+            f"finish; a holder on another machine that stops its heartbeat for {stale_after():.0f} s is taken "
+            f"over (CACTUS_BENCH_LOCK_STALE_S), or delete {self.path} if you know that process is gone."
         )
 
     def _take_over(self, judged: str | None) -> bool:
@@ -128,35 +194,87 @@ class RunLock:
             return "its lock file is gone"
         if not holder:
             return "its lock file names no holder (cut short)" if silent > UNWRITTEN_S else None
+        job = slurm_job()
+        if job is not None and holder.get("slurm_job") == job:
+            return f"it is this SLURM job ({job}) before it was requeued"
         if holder.get("host") == socket.gethostname():
-            return f"pid {pid} on this host has ended" if isinstance(pid, int) and not _alive(pid) else None
+            if not isinstance(pid, int) or not _alive(pid):
+                return f"pid {pid} on this host has ended"
+            started = holder.get("started")
+            if started is not None and process_start(pid) not in (None, started):
+                return f"pid {pid} on this host now belongs to another process (its holder ended)"
+            return None
         if silent > stale_after():
             return f"pid {pid} on {holder.get('host', '?')} has sent no heartbeat for {silent:.0f} s"
         return None
 
     def _held(self) -> RunLock:
         self.held = True
+        with self._gate(GATE_WAIT_S):  # a write in flight of the holder replaced lands before this one reads
+            pass
         self._beating = threading.Event()
         threading.Thread(target=self._beat, args=(self._beating,), daemon=True).start()
         return self
 
+    def owns(self) -> bool:
+        """This lock file still holds this holder (not taken over while it was paused)."""
+        return self.held and self.token is not None and self.holder().get("token") == self.token
+
+    @contextlib.contextmanager
+    def fenced(self) -> Iterator[None]:
+        """Around every write of the run: raises LockLost, writing nothing, once the lock was taken over."""
+        with self._gate(None):
+            if not self.owns():
+                self._stop_beating()
+                raise LockLost(
+                    f"{self.path.parent}: this process's lock was taken over by {_who(self.holder())} while it "
+                    "was paused or unreachable (a SLURM suspend, a VM pause), so it writes nothing more and "
+                    "stops; the other process goes on with the run. Nothing is lost: what this process stored "
+                    "before is kept, and running the same command again after the other one ends resumes."
+                )
+            yield
+
+    @contextlib.contextmanager
+    def _gate(self, wait_s: float | None) -> Iterator[None]:
+        """An flock of the gate file: writes and a new holder's first look pass it one at a time. `wait_s`:
+        give up waiting after that long (a writer paused inside it), and go on with a warning."""
+        with open(self.gate, "a") as f:
+            deadline = None if wait_s is None else time.monotonic() + wait_s
+            while True:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | (fcntl.LOCK_NB if deadline is not None else 0))
+                    break
+                except BlockingIOError:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        log.warning("%s: the writer this process replaced is paused inside a write", self.gate)
+                        yield
+                        return
+                    time.sleep(0.05)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
     def _beat(self, stop: threading.Event) -> None:
         while not stop.wait(HEARTBEAT_S):
             try:
+                if not self.owns():  # taken over while paused: the new holder's heartbeat is its own
+                    return
                 os.utime(self.path)
             except OSError:
                 return
 
-    def release(self) -> None:
+    def _stop_beating(self) -> None:
         if self._beating is not None:
             self._beating.set()
             self._beating = None
+
+    def release(self) -> None:
+        self._stop_beating()
         if self.held:
-            try:
-                if self.holder().get("pid") == os.getpid():
+            with contextlib.suppress(FileNotFoundError):
+                if self.owns():
                     self.path.unlink()
-            except FileNotFoundError:
-                pass
             self.held = False
 
     def __enter__(self) -> RunLock:
@@ -164,3 +282,8 @@ class RunLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def _who(holder: dict) -> str:
+    job = f", SLURM job {holder['slurm_job']}" if holder.get("slurm_job") else ""
+    return f"pid {holder.get('pid', '?')} on {holder.get('host', '?')} (since {holder.get('since', '?')}{job})"

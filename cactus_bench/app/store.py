@@ -20,6 +20,7 @@ line (a crash mid-write) is discarded. A corrupt line elsewhere is an error nami
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -33,7 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from cactus_bench.app.config import RunSpec, parse_shard
 from cactus_bench.app.identity import RunIdentity
-from cactus_bench.app.lock import RunLock
+from cactus_bench.app.lock import RunLock, slurm_job
 from cactus_bench.core.utils import environment_info, write_text_atomic
 
 log = logging.getLogger("cactus_bench")
@@ -130,6 +131,17 @@ def read_samples(folder: Path) -> list[dict]:
     return out
 
 
+def contents(samples: list[dict]) -> dict:
+    """What a summary is computed from, to tell later whether it still is: how many samples, how many of them
+    timed, and a digest of every item's statistics (its timing's too, `read_samples`)."""
+    h = hashlib.sha256()
+    for s in sorted(samples, key=lambda s: str(s["index"])):
+        seen = [s["index"], s.get("stats"), s.get("timing_conditions")]
+        h.update(json.dumps(seen, sort_keys=True, default=str).encode())
+    timed = sum(1 for s in samples if s.get("timing_conditions") is not None)
+    return {"samples": len(samples), "timed": timed, "digest": h.hexdigest()[:16]}
+
+
 def duplicated_items(folder: Path) -> dict:
     """Items stored in more than one line, with where each copy is (`file:line`)."""
     read_samples_file_all(folder)  # a bad line is named first
@@ -155,12 +167,33 @@ def _append_bytes(path: Path, data: bytes) -> None:
     """Append and fsync; a full disk or a read-only folder is a StoreError naming the file (what is there
     already is intact)."""
     try:
-        with open(path, "ab") as f:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as e:
+        if path.is_symlink():
+            raise StoreError(planted_link(path)) from None
+        raise StoreError(unwritable(path, e)) from None
+    try:
+        with os.fdopen(fd, "ab") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
     except OSError as e:
         raise StoreError(unwritable(path, e)) from None
+
+
+def planted_link(path: Path) -> str:
+    return (
+        f"{path} is a symbolic link (to {os.readlink(path)}): a run's files are its own, never written through "
+        "a link, so nothing was written. Remove the link (and check who planted it), then run the same command "
+        "again."
+    )
+
+
+def refuse_links(folder: Path) -> None:
+    """A run folder holds no symbolic link: appending or replacing through one writes elsewhere."""
+    links = sorted(p for p in folder.iterdir() if p.is_symlink()) if folder.is_dir() else []
+    if links:
+        raise StoreError(planted_link(links[0]))
 
 
 def unwritable(path: Path, e: OSError) -> str:
@@ -171,14 +204,6 @@ def unwritable(path: Path, e: OSError) -> str:
         f"cannot write {path} ({e.strerror}). {written} Free space or fix the folder's permissions (or move the "
         "results: paths.results=... / CACTUS_BENCH_RESULTS) and run the same command again to resume."
     )
-
-
-def slurm_job() -> str | None:
-    """The SLURM job (array tasks as <array>_<task>) this process runs in, if any."""
-    env = os.environ
-    if env.get("SLURM_ARRAY_JOB_ID"):
-        return f"{env['SLURM_ARRAY_JOB_ID']}_{env.get('SLURM_ARRAY_TASK_ID', '')}"
-    return env.get("SLURM_JOB_ID")
 
 
 def _covers_more(limit: int | None, stored: int | None) -> bool:
@@ -207,6 +232,7 @@ class RunStore:
         store.new = not store.folder.exists()
         try:  # before any model loads: a folder that cannot be written fails now
             store.folder.mkdir(parents=True, exist_ok=True)
+            refuse_links(store.folder)
             store.lock.acquire()
         except OSError as e:
             raise StoreError(unwritable(store.folder, e)) from None
@@ -281,10 +307,11 @@ class RunStore:
         self._write(self.manifest_path, json.dumps(manifest, indent=1, default=str))
 
     def _write(self, path: Path, text: str) -> None:
-        try:
-            write_text_atomic(path, text)
-        except OSError as e:
-            raise StoreError(unwritable(path, e)) from None
+        with self.lock.fenced():
+            try:
+                write_text_atomic(path, text)
+            except OSError as e:
+                raise StoreError(unwritable(path, e)) from None
 
     def discard(self) -> None:
         """A run that never started (its models refused before any item): the folder this process made goes,
@@ -299,6 +326,9 @@ class RunStore:
         a rerun with a smaller limit, or one stopped early, leaves a complete run complete at its limit (the
         rerun's own ending is in its history entry)."""
         if self.discarded:
+            return
+        if not self.lock.owns():  # taken over while paused: the run's files are the new holder's
+            self.lock.release()
             return
         try:
             manifest = self.manifest()
@@ -325,11 +355,13 @@ class RunStore:
         return read_samples(self.folder)
 
     def append(self, record: dict) -> None:
-        _append_line(self.samples_path, record)
+        with self.lock.fenced():
+            _append_line(self.samples_path, record)
 
     def append_timing(self, record: dict) -> None:
         """One item's paired timing (`index`, `stats` with the paired_* fields, `conditions`)."""
-        _append_line(self.timing_path, record)
+        with self.lock.fenced():
+            _append_line(self.timing_path, record)
 
     def stored_summary(self) -> dict | None:
         path = self.folder / "summary.json"

@@ -91,8 +91,12 @@ class _Member:
         self.spec, self.name = spec, spec.identity.key
         self.bench = benchmark_or_everything_missing(spec)
         self.store = RunStore.open(spec)
-        self.decoder = get_decoder(spec, batch_size=1, statistics=False)  # the method alone; the group pairs it
-        self.bench.prepare(self.decoder, f"{cfg.pair.name}-{spec.method.tag}")
+        try:
+            self.decoder = get_decoder(spec, batch_size=1, statistics=False)  # the method alone; the group pairs it
+            self.bench.prepare(self.decoder, f"{cfg.pair.name}-{spec.method.tag}")
+        except BaseException:  # not yet a member: its run is marked here, its lock released
+            self.store.finish("failed")
+            raise
         self.items = self.bench.items(cfg.limit)
         self.here = timing.conditions(self.decoder.device, 1)
         timed = times_a_sample(spec, self.store, self.items)

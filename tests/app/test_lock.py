@@ -41,6 +41,7 @@ def _race_for(path: str, go, delay: float, won) -> None:
 
 
 def test_a_lock_from_another_host_is_taken_over_only_after_its_heartbeat_stops(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("CACTUS_BENCH_LOCK_WAIT_S", "0")  # refused at once (the wait has its own test)
     lock = tmp_path / ".lock"
     lock.write_text(json.dumps({"host": "node-7", "pid": 4242, "since": "then"}))
     with pytest.raises(LockHeld, match="node-7"):  # its heartbeat is fresh: a live job elsewhere
@@ -78,7 +79,8 @@ def test_a_second_writer_is_refused_naming_the_holder(tmp_path):
     RunLock(tmp_path / ".lock").acquire().release()  # free again
 
 
-def test_a_stale_lock_from_a_dead_process_is_taken_over(tmp_path):
+def test_a_stale_lock_from_a_dead_process_is_taken_over(tmp_path, monkeypatch):
+    monkeypatch.setenv("CACTUS_BENCH_LOCK_WAIT_S", "0")
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     (tmp_path / ".lock").write_text(json.dumps({"host": socket.gethostname(), "pid": dead.pid, "since": "then"}))
@@ -136,3 +138,134 @@ def test_two_runs_of_one_config_at_once_never_duplicate(small_pair_dir, tmp_path
     holder.finish("interrupted")
     run_mod.run(cfg)
     assert [s["index"] for s in read_samples(run_dir(cfg))] == [0, 1, 2]
+
+
+# --- the fence: a writer taken over while paused writes nothing more -------------------------------------
+
+
+def _paused_and_taken_over(folder):
+    """A store whose writer holds its lock, then is judged gone (as if paused on another node past the stale
+    time) and taken over by a second store; returns (the first, the second)."""
+    first = RunStore(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    first.lock.acquire()
+    first.append({"index": 0, "stats": {}})
+    held = json.loads(first.lock.path.read_text())
+    first.lock.path.write_text(json.dumps({**held, "host": "node-7"}))  # its own token, seen from elsewhere
+    old = time.time() - 400
+    os.utime(first.lock.path, (old, old))
+    second = RunStore(folder)
+    second.lock.acquire()
+    return first, second
+
+
+def test_a_writer_whose_lock_was_taken_over_writes_nothing_more(tmp_path, caplog):
+    from cactus_bench.app.lock import LockLost
+
+    first, second = _paused_and_taken_over(tmp_path / "run")
+    assert "node-7 has sent no heartbeat" in caplog.text
+    with pytest.raises(LockLost, match="taken over by pid .* while it was paused"):
+        first.append({"index": 1, "stats": {}})
+    with pytest.raises(LockLost):
+        first.write_summary({"samples": 1})
+    first.finish("interrupted")  # writes no manifest, leaves the new holder's lock alone
+    assert not first.manifest_path.exists() and second.lock.owns()
+    second.append({"index": 1, "stats": {}})
+    assert [s["index"] for s in read_samples(tmp_path / "run")] == [0, 1]
+    assert not (tmp_path / "run" / "summary.json").exists()
+    second.lock.release()
+    assert not second.lock.path.exists()
+
+
+def test_a_heartbeat_stops_touching_a_lock_it_no_longer_holds(tmp_path, monkeypatch):
+    monkeypatch.setattr("cactus_bench.app.lock.HEARTBEAT_S", 0.05)
+    first, second = _paused_and_taken_over(tmp_path / "run")
+    second.lock._stop_beating()  # only the first's heartbeat runs now
+    old = time.time() - 1000
+    os.utime(second.lock.path, (old, old))
+    time.sleep(0.5)
+    assert second.lock.path.stat().st_mtime == old
+    second.lock.release()
+
+
+def test_a_requeued_slurm_job_takes_over_its_own_lock_from_any_node(tmp_path, monkeypatch):
+    lock = tmp_path / ".lock"
+    lock.write_text(json.dumps({"host": "node-3", "pid": 99, "slurm_job": "4711", "since": "then"}))
+    monkeypatch.setenv("SLURM_JOB_ID", "4711")
+    taken = RunLock(lock).acquire()  # fresh heartbeat, another node: but it is this job, before its requeue
+    assert json.loads(lock.read_text())["slurm_job"] == "4711" and taken.owns()
+    taken.release()
+
+
+def test_a_fresh_lock_of_another_host_is_waited_for_a_bounded_time(tmp_path, monkeypatch, caplog):
+    import threading
+
+    lock = tmp_path / ".lock"
+    lock.write_text(json.dumps({"host": "node-7", "pid": 4242, "since": "then"}))
+    monkeypatch.setenv("CACTUS_BENCH_LOCK_WAIT_S", "0.5")
+    monkeypatch.setattr("cactus_bench.app.lock.POLL_S", 0.05)
+    start = time.monotonic()
+    with pytest.raises(LockHeld, match="node-7"):
+        RunLock(lock).acquire()
+    assert 0.5 <= time.monotonic() - start < 30
+    assert "waiting up to 0.5 s" in caplog.text and "node-7" in caplog.text
+    monkeypatch.setenv("CACTUS_BENCH_LOCK_WAIT_S", "60")
+    threading.Timer(0.3, lock.unlink).start()  # the other host's run finishes while this one waits
+    RunLock(lock).acquire().release()
+
+
+def test_a_same_host_pid_that_belongs_to_another_process_is_no_holder(tmp_path, caplog):
+    """pid reuse, or pid 1 in a container restarted under the same host name: the pid is alive but started
+    after the holder did, so the lock is taken over; the holder's own process is never judged gone."""
+    from cactus_bench.app.lock import process_start
+
+    lock = tmp_path / ".lock"
+    for pid in (1, os.getpid()):
+        lock.write_text(json.dumps({"host": socket.gethostname(), "pid": pid, "started": "other-boot:1", "since": "x"}))
+        RunLock(lock).acquire().release()
+        assert "now belongs to another process" in caplog.text
+    mine = {"host": socket.gethostname(), "pid": os.getpid(), "started": process_start(os.getpid()), "since": "x"}
+    lock.write_text(json.dumps(mine))
+    with pytest.raises(LockHeld):
+        RunLock(lock).acquire()
+
+
+@pytest.mark.slow  # a whole run paused and resumed beside the run that took it over (about 30 s)
+def test_a_run_paused_past_the_stale_time_stops_when_it_resumes_and_stores_nothing_twice(
+    small_pair_dir, tmp_path, monkeypatch
+):
+    """SIGSTOP a run mid-way (a SLURM suspend), let another writer take it over (its lock seen from another
+    host, silent past CACTUS_BENCH_LOCK_STALE_S) and finish it, then SIGCONT the first: it adds no line, stops
+    with one paragraph, and the store holds each item once."""
+    import signal
+
+    from cactus_bench.app.store import duplicated_items
+
+    from ..helpers.configs import pair_overrides
+
+    over = (*TINY[:-2], "max_gen_toks=48", "progress=false", "method=sps", "limit=40")
+    runs = tmp_path / "runs"
+    cmd = [sys.executable, "-m", "cactus_bench", *over, *pair_overrides(small_pair_dir), f"paths.runs={runs}"]
+    first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cfg = cfg_of(*over, results=runs, pair_dir=small_pair_dir)
+    samples = run_dir(cfg) / "samples.jsonl"
+    deadline = time.monotonic() + 300
+    while not (samples.exists() and len(samples.read_text().splitlines()) >= 3):
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+        time.sleep(0.02)
+    os.kill(first.pid, signal.SIGSTOP)
+    try:
+        lock = run_dir(cfg) / ".lock"
+        lock.write_text(json.dumps({**json.loads(lock.read_text()), "host": "node-7"}))
+        old = time.time() - 10
+        os.utime(lock, (old, old))
+        monkeypatch.setenv("CACTUS_BENCH_LOCK_STALE_S", "5")
+        before = len(samples.read_text().splitlines())
+        run_mod.run(cfg)  # takes over, decodes the rest, summarises
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+    out, err = first.communicate(timeout=300)
+    assert first.returncode == 2 and "lock was taken over" in " ".join(err.split()), err[-2000:]
+    lines = samples.read_text().splitlines()
+    assert len(lines) == 40 >= before and duplicated_items(run_dir(cfg)) == {}
+    assert json.loads((run_dir(cfg) / "summary.json").read_text())["samples"] == 40
