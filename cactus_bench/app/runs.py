@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 
 from cactus_bench.adapters.benchmarks.base import KINDS, Kind
 from cactus_bench.app.identity import RunIdentity
-from cactus_bench.app.store import StoreError, read_samples
+from cactus_bench.app.store import StoreError, contents, read_samples
 from cactus_bench.core import metrics
 
 log = logging.getLogger("cactus_bench")
@@ -73,19 +73,33 @@ class Run:
         return Run(self.folder, self.config, summary, samples, self.note)
 
     def checked(self) -> Run:
-        """This run with its summary recomputed from its samples, and a note saying so, when the two
-        disagree on the items they hold (a samples line cut after the summary was written, or lines
-        appended by hand): every reader then shows the samples' numbers, never a stale summary's."""
-        stored = self.summary.get("samples")
-        if stored is None or stored == len(self.samples):
+        """This run with its summary recomputed from its samples, and a note saying so, when the summary was
+        computed from other samples or timings than the store holds now (a samples line cut after the summary
+        was written, lines appended by hand, timings appended by a group killed before it merged the summary
+        again): every reader then shows the samples' numbers, never a stale summary's."""
+        stale = self._stale()
+        if stale is None:
             return self
         summary = {**self.summary, **self.kind.summary(self.samples, self.config["data"])}
-        note = (
-            f"{self.folder.name}: summary.json counts {stored} items but its samples hold {len(self.samples)}: "
-            "its numbers are recomputed from the samples (rerun the same command to decode what is missing)"
-        )
+        for m in metrics.METRICS.values():  # relative readings are against references as they were: recomputed
+            if m.relative is not None:
+                summary = {k: v for k, v in summary.items() if k != m.name and not k.startswith(f"{m.name}_")}
+        note = f"{self.folder.name}: {stale}: its numbers are recomputed from the samples as stored"
         log.warning("%s", note)
         return Run(self.folder, self.config, summary, self.samples, note)
+
+    def _stale(self) -> str | None:
+        """How the summary differs from what the store holds now; None when it is what they give."""
+        stored, made_from = self.summary.get("samples"), self.summary.get("computed_from")
+        if stored is not None and stored != len(self.samples):
+            return f"summary.json counts {stored} items but its samples hold {len(self.samples)}"
+        if made_from is None or made_from == contents(self.samples):  # (a summary of before it said)
+            return None
+        return (
+            f"summary.json was computed from {made_from['samples']} samples ({made_from['timed']} timed) with "
+            "other statistics or timings than the store holds now (a run or timing group stopped before it "
+            "summarised again: rerun the same command to bring it up to date)"
+        )
 
 
 def pool_seeds(runs: list[Run]) -> Run | None:

@@ -9,7 +9,7 @@ from omegaconf import DictConfig
 from cactus_bench.adapters.benchmarks.base import Benchmark
 from cactus_bench.app.config import RunSpec
 from cactus_bench.app.identity import RunIdentity
-from cactus_bench.app.store import RunStore, StoreError, duplicated_items
+from cactus_bench.app.store import RunStore, StoreError, contents, duplicated_items
 from cactus_bench.core import metrics
 
 log = logging.getLogger("cactus_bench")
@@ -33,6 +33,7 @@ def merge(spec: RunSpec, bench: Benchmark, store: RunStore, wanted: list) -> dic
     samples = [have[k] for k in wanted if k in have]
     cfg, method, ident = spec.cfg, spec.method, spec.identity
     summary = summarise(spec, samples, bench)
+    summary["computed_from"] = contents(list(have.values()))  # a reader finds out when the store moved on
     if method.uses_drafter:  # against this setting's stored reference runs, read as the tables read them
         summary.update(relative_readings(cfg, samples, ident))
     summary["better"] = metrics.directions(summary)  # self-describing: which way each metric is better

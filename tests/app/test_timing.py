@@ -254,3 +254,57 @@ def test_a_group_gives_each_method_the_tokens_it_decodes_alone_when_outputs_are_
     for m in members:
         assert [g.output.tokens for g in together[m]] == alone[m], m
         assert all(g.paired["paired_baseline_tokens"] == len(t) for g, t in zip(together[m], alone["verifier"]))
+
+
+def test_a_group_member_whose_decoder_fails_to_load_releases_its_lock_and_is_marked_failed(
+    small_pair_dir, tmp_path, monkeypatch
+):
+    """Two runs time together; the second's decoder refuses to load: both locks are released (a rerun is not
+    refused as 'being written'), and the failing run's manifest says failed."""
+    from cactus_bench.app import run as run_mod
+    from cactus_bench.app import together
+    from cactus_bench.app.config import validate
+    from cactus_bench.core.decode.api import ModelLoadError
+
+    over = (*TINY, "limit=3", "batch_size=3", "timing_sample=2")
+    specs = [validate(cfg_of(*over, f"method={m}", results=tmp_path, pair_dir=small_pair_dir)) for m in ("sps", "tas")]
+    for spec in specs:
+        run_mod.run(spec, time_sample=False)
+    real = together.get_decoder
+
+    def refusing(spec, **changes):
+        if spec.method.name == "tas":
+            raise ModelLoadError("no memory left for it")
+        return real(spec, **changes)
+
+    monkeypatch.setattr(together, "get_decoder", refusing)
+    with pytest.raises(ModelLoadError):
+        together.time_together(specs)
+    for spec in specs:
+        assert not (run_dir(spec.cfg) / ".lock").exists()
+    failed = json.loads((run_dir(specs[1].cfg) / "manifest.json").read_text())
+    assert failed["history"][-1]["status"] == "failed"
+
+
+def test_a_reader_never_shows_a_summary_older_than_the_timings_it_holds(small_pair_dir, tmp_path):
+    """A timing group killed during its summaries' re-merge leaves a summary computed before its run's
+    latest timing records: every reader recomputes from the records (and says so), whose speedup differs."""
+    from cactus_bench.app import run as run_mod
+    from cactus_bench.core import metrics
+
+    cfg = cfg_of(
+        *TINY, "method=sps", "limit=3", "batch_size=3", "timing_sample=3", results=tmp_path, pair_dir=small_pair_dir
+    )
+    run_mod.run(cfg)
+    folder = run_dir(cfg)
+    (run,) = load_runs(tmp_path)
+    assert run.note is None  # a fresh summary is read as it is
+    first = json.loads((folder / "timing.jsonl").read_text().splitlines()[0])
+    first["stats"]["paired_method_time"] *= 5  # the item timed again, its summary not merged again
+    with open(folder / "timing.jsonl", "a") as f:
+        f.write(json.dumps(first) + "\n")
+    (run,) = load_runs(tmp_path)
+    stored = json.loads((folder / "summary.json").read_text())["paired_speedup"]
+    fresh = metrics.read("paired_speedup", run.samples).value
+    assert run.summary["paired_speedup"] == pytest.approx(fresh.value) and fresh.value < stored
+    assert "computed from 3 samples (3 timed)" in run.note and "rerun the same command" in run.note
