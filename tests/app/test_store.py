@@ -426,3 +426,26 @@ def test_new_weights_written_to_a_local_models_folder_make_another_run(small_pai
     assert second["run_key"] != first["run_key"] and second["samples"] == 3
     stored = {r.key: r for r in load_runs(results)}
     assert set(stored) == {first["run_key"], second["run_key"]} and stored[first["run_key"]].summary["samples"] == 2
+
+
+def test_a_symbolic_link_planted_in_a_run_folder_is_refused_and_writes_nothing(small_pair_dir, tmp_path):
+    """`samples.jsonl` -> any file: a resume refuses before loading anything, and an append never follows a
+    link planted mid-run; the file it points to is untouched."""
+    from cactus_bench.app.store import _append_line
+
+    cfg = cfg_of(*TINY, "method=sps", "limit=2", results=tmp_path / "runs", pair_dir=small_pair_dir)
+    run_mod.run(cfg)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    samples = run_dir(cfg) / "samples.jsonl"
+    kept = samples.read_text()
+    samples.unlink()
+    samples.symlink_to(victim)
+    with pytest.raises(StoreError, match="samples.jsonl is a symbolic link .* nothing was written"):
+        run_mod.run(cfg_of(*TINY, "method=sps", "limit=3", results=tmp_path / "runs", pair_dir=small_pair_dir))
+    with pytest.raises(StoreError, match="is a symbolic link"):
+        _append_line(samples, {"index": 9})
+    assert victim.read_text() == "precious\n"
+    samples.unlink()
+    samples.write_text(kept)
+    assert run_mod.run(cfg)["samples"] == 2
