@@ -31,6 +31,7 @@ from cactus_bench.app.schema import (
 from cactus_bench.core.decode.api import DecodeSpec, ModelSpec, backend, backend_names
 from cactus_bench.core.methods import Method, method_names
 from cactus_bench.core.precision import DTYPES, resolve_device, resolved_dtypes
+from cactus_bench.core.utils import path_part_problem
 
 TRACKERS = ("none", "wandb")
 
@@ -236,6 +237,10 @@ def validate(cfg: DictConfig) -> RunSpec:
     if method.uses_drafter and not 1 <= cfg.m <= cfg.max_gen_toks:
         bad("m", cfg.m, f"the draft length must be an integer in [1, max_gen_toks={cfg.max_gen_toks}]")
     _name_the_pair(cfg, method)
+    for key, name in (("pair.name", pair_label(cfg.pair, method.uses_drafter)), ("data.label", d.label)):
+        problem = path_part_problem(name)
+        if problem:
+            bad(key, name, f"{problem}; the run's folder is named after it, inside paths.runs")
     _check_device_and_dtype(cfg.pair)
     _check_tracking(cfg.tracking)
     _note_unused(cfg, method)

@@ -28,6 +28,7 @@ from cactus_bench.app.schema import CONF_DIR
 from cactus_bench.core.decode.api import backend
 from cactus_bench.core.methods import BASELINE, Method
 from cactus_bench.core.precision import resolved_dtypes
+from cactus_bench.core.utils import path_part_problem
 
 # the method of each reference run relative metrics compare with (metrics.REFERENCES): SpS, the verifier alone
 REFERENCE_METHODS = {"sps": "sps", "baseline": BASELINE}
@@ -142,7 +143,12 @@ class RunIdentity:
         return f"{Method(self.method, self.params, self.m or 0).run_name}_s{self.seed}_{self.key}"
 
     def folder(self, runs: str | Path) -> Path:
-        """`<runs>/<data label>/<pair>/<method tag>_m<m>_s<seed>_<key>`."""
+        """`<runs>/<data label>/<pair>/<method tag>_m<m>_s<seed>_<key>`, never outside `runs` (`validate`
+        refuses such names first, in its own words)."""
+        for part in (self.data_label, self.pair_name, self.folder_name):
+            problem = path_part_problem(part)
+            if problem:
+                raise ValueError(f"{part!r} cannot name a run's folder: {problem}")
         return Path(runs) / self.data_label / self.pair_name / self.folder_name
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -29,6 +30,15 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def path_part_problem(name: object) -> str | None:
+    """Why `name` cannot be one part of a path under a results folder (a separator, `..`, an absolute path,
+    a leading dot, a control character), or None when it can: letters, digits and `_ . + = , @ -`."""
+    text = str(name)
+    if re.fullmatch(r"\w[\w.+=,@-]*", text) and ".." not in text:
+        return None
+    return "it becomes a folder or file name, so it may hold letters, digits and _ . + = , @ - (no '/', no '..')"
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:

@@ -30,6 +30,9 @@ ROOT = Path(__file__).resolve().parents[2]
         (["shard=2/2"], "shard='2/2' is not valid"),
         (["pair.dtype=foo"], "pair.dtype='foo' is not valid"),
         (["pair.device=gpu0"], "pair.device='gpu0' is not valid"),
+        (["pair.name=../../../../x"], r"pair.name='../../../../x' is not valid: it becomes a folder .* no '..'"),
+        (["pair.name=/tmp/elsewhere"], "pair.name='/tmp/elsewhere' is not valid: it becomes a folder"),
+        (["data.label=../../y"], "data.label='../../y' is not valid: it becomes a folder"),
     ],
 )
 def test_bad_values_are_refused_before_anything_loads(overrides, match):
@@ -179,3 +182,35 @@ def test_temperature_zero_is_greedy_and_one_run_with_it():
     assert RunIdentity.of(cfg_of("sampling.temperature=0")).key == greedy
     assert RunIdentity.of(cfg_of("sampling=plain", "sampling.temperature=0.0")).key == greedy
     assert RunIdentity.of(cfg_of("sampling.temperature=0.6")).key != greedy
+
+
+def test_a_name_that_would_leave_the_results_folder_writes_nothing(tmp_path):
+    """`pair.name=../../x` at the command line: one paragraph, and no folder anywhere but where it was."""
+    out = cli("method=sps", "limit=1", "pair.name=../../escaped", f"paths.results={tmp_path / 'results'}")
+    assert "pair.name='../../escaped' is not valid" in one_paragraph(out)
+    assert not (tmp_path / "escaped").exists() and not list(tmp_path.rglob("samples.jsonl"))
+
+
+def test_a_spec_whose_name_would_leave_the_tables_folder_is_refused(tmp_path):
+    from cactus_bench.tools.report import load_spec
+    from cactus_bench.tools.report.specs import SpecError
+
+    spec = tmp_path / "escape.yaml"
+    spec.write_text((ROOT / "sweeps" / "demo.yaml").read_text().replace("name: demo", "name: ../../x", 1))
+    with pytest.raises(SpecError, match="name: '../../x' is not valid: it becomes a folder"):
+        load_spec(spec)
+
+
+@pytest.mark.parametrize(
+    "content,match",
+    [("", "is empty \\(0 bytes\\)"), ('{"question": "q", "answer": "a"}\n{cut\n', "line 2, is not a JSON object")],
+)
+def test_a_damaged_data_file_is_named_in_one_paragraph(tmp_path, content, match):
+    from cactus_bench.adapters.benchmarks.data import load_gsm8k
+
+    (tmp_path / "gsm8k").mkdir()
+    for split in ("train", "test"):
+        (tmp_path / "gsm8k" / f"{split}.jsonl").write_text(content)
+    with pytest.raises(DataError, match=match) as e:
+        load_gsm8k(tmp_path)
+    assert str(tmp_path / "gsm8k") in str(e.value)

@@ -51,7 +51,35 @@ def _local_file(root: Path, rel: str) -> Path:
     path = root / rel
     if not path.is_file():
         raise DataError(f"missing data file {str(path)!r}: expected the layout of ../shared/data (see its README)")
+    if path.stat().st_size == 0:
+        raise DataError(
+            f"data file {str(path)!r} is empty (0 bytes): a copy or download was cut short. Restore it from the "
+            "published files (../shared/data's README names them and their sha256)"
+        )
     return path
+
+
+def _jsonl(root: Path, rel: str) -> list[dict]:
+    """A local JSON-lines file's records; an empty file or a line that is no JSON object names the file and
+    line."""
+    path = _local_file(root, rel)
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            row = e
+        if not isinstance(row, dict):
+            raise DataError(
+                f"data file {str(path)!r}, line {n}, is not a JSON object: the file is damaged. Restore it from "
+                "the published files (../shared/data's README names them and their sha256)"
+            )
+        rows.append(row)
+    if not rows:
+        raise DataError(f"data file {str(path)!r} holds no records: restore it from the published files")
+    return rows
 
 
 def _with_ids(ds: datasets.Dataset) -> datasets.Dataset:
@@ -73,8 +101,8 @@ def _hub(path: str, name: str | None = None, **kwargs) -> datasets.DatasetDict:
 def load_gsm8k(root: str | os.PathLike | None = None, **_) -> datasets.DatasetDict:
     local = data_root(root)
     if local:
-        files = {s: str(_local_file(local, f"gsm8k/{s}.jsonl")) for s in ("train", "test")}
-        dd = datasets.load_dataset("json", data_files=files)
+        splits = ("train", "test")
+        dd = datasets.DatasetDict({s: datasets.Dataset.from_list(_jsonl(local, f"gsm8k/{s}.jsonl")) for s in splits})
     else:
         dd = _hub("openai/gsm8k", "main")
     return datasets.DatasetDict({s: _with_ids(dd[s]) for s in ("train", "test")})
@@ -91,8 +119,7 @@ def load_ifeval(root: str | os.PathLike | None = None, **_) -> datasets.DatasetD
     dict to the union of all argument names (the hub's form), whatever the source."""
     local = data_root(root)
     if local:
-        path = _local_file(local, "ifeval/input_data.jsonl")
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        rows = _jsonl(local, "ifeval/input_data.jsonl")
     else:
         rows = list(_hub("google/IFEval")["train"])
     return datasets.DatasetDict(
@@ -205,7 +232,7 @@ def load_specbench(root: str | os.PathLike | None = None) -> list[dict]:
     """Spec-Bench's 480 questions (no hub dataset: the GitHub file, or the local copy)."""
     local = data_root(root)
     if local:
-        text = _local_file(local, "spec_bench/question.jsonl").read_text(encoding="utf-8")
+        return _jsonl(local, "spec_bench/question.jsonl")
     else:
         if os.environ.get("HF_HUB_OFFLINE") == "1":
             raise DataError(

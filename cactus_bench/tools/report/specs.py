@@ -21,6 +21,7 @@ from cactus_bench.app.compose import compose
 from cactus_bench.app.schema import CONF_DIR, SWEEPS_DIR
 from cactus_bench.core import metrics
 from cactus_bench.core.cli import Key
+from cactus_bench.core.utils import path_part_problem
 
 ROW_KEYS = ("label", "method", "curve", "curve_param")  # what a spec row says besides the rule's parameters
 # The spec settings a command line may override (`sweep`, `report table`, `plan`): a table's columns and its
@@ -92,6 +93,9 @@ def load_spec(path: str | Path, overrides: dict | None = None) -> dict:
     if "seed" in overrides:  # one seed asked for on the command line: not the spec's list
         spec.pop("seeds", None)
     spec.update(overrides)
+    problem = path_part_problem(spec.get("name"))
+    if problem:
+        raise SpecError(f"{path}: name: {spec.get('name')!r} is not valid: {problem} (it names the table's files)")
     for key in WHOLE_NUMBERS:
         if _given(spec.get(key)) and not str(spec[key]).isdigit():
             raise SpecError(
