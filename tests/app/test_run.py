@@ -11,8 +11,9 @@ from cactus_bench.app import run as run_mod
 from cactus_bench.app.config import validate
 from cactus_bench.app.store import RunStore, run_dir
 
-from ..helpers.configs import cfg_of
-from ..helpers.runs import run_killed_after
+from ..helpers.cli import cli, one_paragraph
+from ..helpers.configs import cfg_of, pair_overrides
+from ..helpers.runs import TINY, run_killed_after
 
 # --- end to end on the small pair ----------------------------------------------------------------------
 
@@ -266,3 +267,29 @@ def test_the_progress_line_outside_a_terminal_shows_the_item_it_counts(small_pai
     lines = stream.getvalue().splitlines()
     assert lines and lines[-1].startswith("sps arith: 5/5")
     assert f"AL={summary['accepted_length']:.2f}" in lines[-1], (lines, summary["accepted_length"])
+
+
+def test_prompts_longer_than_the_context_are_named_before_anything_decodes(small_pair_dir, tmp_path):
+    out = cli(*TINY[:-2], "method=sps", "limit=3", "max_gen_toks=8200", *pair_overrides(small_pair_dir),
+              f"paths.runs={tmp_path}")  # fmt: skip
+    said = one_paragraph(out)
+    assert "context is 8192 tokens, but 3 of 3 request(s) need more" in said and "item 0 needs 8" in said, said
+    assert "Lower max_gen_toks" in said and not list(tmp_path.rglob("samples.jsonl"))
+
+
+def test_a_verifier_with_nan_weights_stops_the_run_in_one_paragraph(small_pair_dir, tmp_path):
+    """NaN in `model.norm.weight` made the verifier emit " cook cook …", stored as valid samples with KL 0."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(small_pair_dir / "verifier", damaged)
+    weights = load_file(damaged / "model.safetensors")
+    weights["model.norm.weight"][0] = float("nan")
+    save_file(weights, damaged / "model.safetensors", metadata={"format": "pt"})
+    for method in ("sps", "ar"):
+        out = cli(*TINY, f"method={method}", "limit=2", *pair_overrides(small_pair_dir), f"pair.verifier={damaged}",
+                  f"paths.runs={tmp_path / 'runs'}")  # fmt: skip
+        assert "the verifier" in one_paragraph(out) and "NaN or infinite logits" in one_paragraph(out)
+    assert not [p for p in (tmp_path / "runs").rglob("samples.jsonl") if p.read_text().strip()]

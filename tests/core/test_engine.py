@@ -628,3 +628,30 @@ def test_the_memory_model_of_batch_size_auto_on_the_papers_pair(monkeypatch):
     half = memory.auto_rows([verifier, drafter], per_row)
     assert rows * per_row <= 0.8 * free < (rows + 1) * per_row
     assert half * per_row <= 0.4 * free and half in (rows // 2, rows // 2 + 1)
+
+
+# --- a model with NaN weights stops the decode -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "role,compile,temperature",
+    [("verifier", None, 1.0), ("drafter", None, 1.0), ("verifier", "eager", 1.0), ("drafter", "eager", 1.0),
+     ("verifier", None, 0.0), ("drafter", None, 0.0)],
+)  # fmt: skip
+def test_a_model_with_nan_weights_stops_the_decode_naming_it(role, compile, temperature):
+    """NaN in one norm weight makes every logit NaN: the round's one host read says so (eager and compiled,
+    sampled and greedy), and the decode stops naming the model instead of emitting noise."""
+    from cactus_bench.core.decode.stats import NonFiniteModel
+
+    drafter, verifier = tiny_pair(vocab_size=64, logit_scale=3.0)
+    with torch.no_grad():
+        (verifier if role == "verifier" else drafter).model.norm.weight[0] = float("nan")
+    engine = Engine(
+        verifier, drafter, build_rule("cactus"), 4, warper=Warper(temperature), options=EngineOptions(1, compile)
+    )
+    with pytest.raises(NonFiniteModel, match=f"the {role} .* produced NaN or infinite logits"):
+        decode(engine, jobs([[1, 2, 3]]))
+    if role == "verifier":
+        alone = Engine(verifier, warper=Warper(temperature), options=EngineOptions(1, compile))
+        with pytest.raises(NonFiniteModel, match="the verifier"):
+            decode(alone, jobs([[1, 2, 3]]))

@@ -39,13 +39,23 @@ from cactus_bench.core.decode.buckets import buckets_between, capacity_for
 from cactus_bench.core.decode.cache import ModelRunner, device_of, on, to_device
 from cactus_bench.core.decode.jobs import EngineOptions, Job, PhaseClock, RoundPlan, Row, cut_tokens
 from cactus_bench.core.decode.output_kl import support_for
-from cactus_bench.core.decode.stats import GenerationOutput, counted, draft_budget
+from cactus_bench.core.decode.stats import GenerationOutput, counted, draft_budget, mark_nonfinite, raise_if_nonfinite
 from cactus_bench.core.decode.warp import Warper
 from cactus_bench.core.rules import Rule, build_rule
 
 AR_BLOCK = 32  # the verifier-alone loop draws its uniforms in blocks of this many tokens per row
 log = logging.getLogger("cactus_bench")
 DEFAULT_OPTIONS = EngineOptions()
+
+
+class ContextTooLong(ValueError):
+    """Requests longer than a model's context: named before any is decoded."""
+
+
+def _named(job: Job) -> str:
+    """A job as a person knows it: its request's key (a task's item: `(task, index)`)."""
+    key = getattr(job.handle, "key", None)
+    return f"item {key[-1]}" if isinstance(key, tuple) and key else f"request {key!r}"
 
 
 class Engine:
@@ -84,6 +94,7 @@ class Engine:
             return
         for job in jobs:
             self._check(job)
+        self._refuse_overlong(jobs)
         lookahead = self.m + 1 if self.rule is not None else 0
         capacity = capacity_for(max(len(j.prompt) + j.max_new_tokens for j in jobs) + lookahead + 1)
         if self.options.batch_size == "auto":
@@ -186,16 +197,24 @@ class Engine:
             raise ValueError("the prompt is empty: a prompt needs at least one token (e.g. BOS)")
         if self.rule is not None and len(job.prompt) < 2:
             raise ValueError("speculative decoding needs a prompt of at least two tokens (e.g. BOS + text)")
-        for name, model, extra in (("drafter", self.drafter, self.m + 1), ("verifier", self.verifier, self.m + 1)):
-            if model is None:
+
+    def _refuse_overlong(self, jobs: Sequence[Job]) -> None:
+        """Every job that cannot fit a model's context, named at once, before anything is decoded."""
+        lookahead = self.m + 1 if self.rule is not None else 0
+        for name, model in (("drafter", self.drafter if self.rule is not None else None), ("verifier", self.verifier)):
+            limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+            if limit is None:
                 continue
-            limit = getattr(model.config, "max_position_embeddings", None)
-            needed = len(job.prompt) + job.max_new_tokens + (extra if self.rule is not None else 0)
-            if limit is not None and needed > limit:
-                what = "the prompt alone" if len(job.prompt) > limit else "prompt + max_new_tokens (+ draft lookahead)"
-                raise ValueError(
-                    f"{name} context is {limit} tokens but {what} needs {needed}: shorten the prompt or lower "
-                    "max_new_tokens"
+            over = [(job, len(job.prompt) + job.max_new_tokens + lookahead) for job in jobs]
+            over = [(job, needed) for job, needed in over if needed > limit]
+            if over:
+                raise ContextTooLong(
+                    f"the {name}'s context is {limit} tokens, but {len(over)} of {len(jobs)} request(s) need more "
+                    f"(prompt + max_new_tokens{' + the draft lookahead ' + str(lookahead) if lookahead else ''}): "
+                    + ", ".join(f"{_named(job)} needs {needed} (prompt {len(job.prompt)})" for job, needed in over[:8])
+                    + (f" and {len(over) - 8} more" if len(over) > 8 else "")
+                    + ". Nothing was decoded. Lower max_gen_toks, leave those items out (limit=...), or use "
+                    "models with a longer context."
                 )
 
     def _admit(self, slots: list[int], jobs: list[Job]) -> list[Row]:
@@ -286,6 +305,7 @@ class Engine:
             if row is None:
                 continue
             drafted, sampled, c = host[b][:m], host[b][m], counted(host[b][m + 1 :])
+            raise_if_nonfinite(int(sampled), self._model)
             n = int(c["accepted"])
             tokens, reason = cut_tokens([int(t) for t in drafted[:n]] + [int(sampled)], self.eos, row.left)
             row.committed += tokens
@@ -306,16 +326,17 @@ class Engine:
         self.vm.set_positions([n - 1 for n in lengths])
         x = to_device([[r.committed[-1] if r is not None else 0] for r in slots], torch.long, self.vm.device)
         u = on(torch.stack([self._next_ar_uniform(r) for r in slots]), self.vm.device)  # [B, 1]
-        _, _, token = self.vm.forward(x, max(lengths), 1, self.vocab, self.warp, u, advance=False)
+        _, q, token = self.vm.forward(x, max(lengths), 1, self.vocab, self.warp, u, advance=False)
         assert token is not None  # sampled: uniforms were given
         t_verify = clock.lap()
-        tokens = [t for (t,) in token.tolist()]  # the one sync per token
+        tokens = [t for (t,) in mark_nonfinite(token, verifier=q).tolist()]  # the one sync per token
         t_rule = clock.lap()
         finished = []
         for b, row in enumerate(slots):
             if row is None:
                 continue
             t = tokens[b]
+            raise_if_nonfinite(t, self._model)
             row.committed.append(t)
             row.generated.append(t)
             reason = "eos" if t in self.eos else ("length" if row.left <= 0 else None)
@@ -325,6 +346,9 @@ class Engine:
             if reason is not None:
                 finished.append((b, reason))
         return finished
+
+    def _model(self, role: str):
+        return self.verifier if role == "verifier" else self.drafter
 
     def _next_ar_uniform(self, row: Row | None) -> Tensor:
         """The row's next uniform (a host tensor [1]), from blocks of AR_BLOCK drawn from its generator."""

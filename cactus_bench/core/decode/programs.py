@@ -14,7 +14,7 @@ import torch
 
 from cactus_bench.core.decode.cache import decode_step, on
 from cactus_bench.core.decode.output_kl import output_kl
-from cactus_bench.core.decode.stats import counted_drafts, round_columns, through_eos
+from cactus_bench.core.decode.stats import counted_drafts, mark_nonfinite, round_columns, through_eos
 
 
 def draft_reach(reach: int, m: int) -> int:
@@ -78,7 +78,8 @@ def decide(rule, d, p, raw_p, q, v_logits, u_verify, budget, eos_ids, support, k
     v = rule.verify(p, q, d, uniforms=u_verify, n_drafts=n_drafts, check=False, return_kl=kl, **raw)
     out_kl, fits = output_kl(rule, p, q[:, :m], support, raw)
     stats = round_columns(v.passed, n_drafts, v.kl, out_kl, fits)  # what every backend counts, one way
-    return torch.cat([d, v.sampled, stats], 1)  # (float64)
+    sampled = mark_nonfinite(v.sampled, verifier=q, drafter=p)
+    return torch.cat([d, sampled, stats], 1)  # (float64)
 
 
 def verify_and_decide(model, cache, cache_kw, impl, at, last, d, p, raw_p, u_verify, budget, eos_ids, vocab,

@@ -94,6 +94,37 @@ def counted_drafts(budget: Tensor, through_eos: Tensor) -> Tensor:
     return torch.minimum(budget, through_eos)
 
 
+# A model whose logits are not finite (NaN weights, an overflow) has all-NaN warped probabilities (a softmax
+# of them; `Warper`'s one-hot the same): the token a step returns is then one of these marks instead, so the
+# round's one host read says so and no extra read is made.
+NONFINITE = {-1: "verifier", -2: "drafter"}
+
+
+class NonFiniteModel(ValueError):
+    """A model's logits were NaN or infinite: what it decodes means nothing."""
+
+
+def mark_nonfinite(token: Tensor, **probs: Tensor | None) -> Tensor:
+    """`token` [B, 1], or each row's mark (`NONFINITE`) where that row's warped probabilities of the named
+    model (`verifier=q`, `drafter=p`, each [B, k, V]) are not finite at some position."""
+    for code, role in NONFINITE.items():
+        pr = probs.get(role)
+        if pr is not None:
+            token = torch.where(torch.isfinite(pr[..., 0]).all(-1, keepdim=True), token, code)
+    return token
+
+
+def raise_if_nonfinite(token: int, model) -> None:
+    """One paragraph naming the model, when a step's token is a mark of `mark_nonfinite`."""
+    if token in NONFINITE:
+        name = getattr(getattr(model(NONFINITE[token]), "config", None), "_name_or_path", "?")
+        raise NonFiniteModel(
+            f"the {NONFINITE[token]} ({name}) produced NaN or infinite logits, so nothing it decodes means "
+            "anything and the run stops before storing it. Its weights are damaged or overflow in this dtype: "
+            "check the checkpoint (re-download or rebuild it), or load it in float32 (pair.dtype=float32)."
+        )
+
+
 def round_columns(passed: Tensor, n_drafts: Tensor, kl: Tensor | None, out_kl: Tensor, fits: Tensor) -> Tensor:
     """A round's statistics (`COUNTED`, [B, 8] float64), defined once for every backend from what its rule
     decided: each draft's accept test (`passed` [B, m], 1 passed), the drafts that count (`n_drafts` [B],

@@ -40,7 +40,9 @@ class Warper:
         if logits.dtype != torch.float32:  # `.float()` and `/ 1.0` are ops even when they change nothing
             logits = logits.float()
         if self.greedy:
-            return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+            top = logits.argmax(-1, keepdim=True)  # a NaN or +inf logit is the argmax, so its value is read here
+            # + 0 × that logit: the same one-hot when it is finite, all NaN when not (as a softmax of it would be)
+            return torch.zeros_like(logits).scatter_(-1, top, 1.0) + 0.0 * logits.gather(-1, top)
         if self.temperature != 1.0:
             logits = logits / self.temperature
         V = logits.shape[-1]
