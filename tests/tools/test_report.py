@@ -11,7 +11,7 @@ from cactus_bench.app.runs import load_runs
 from cactus_bench.app.store import run_dir
 from cactus_bench.tools.report import build_table, load_spec, render_table
 
-from ..helpers.cli import run_main
+from ..helpers.cli import one_paragraph, run_main
 from ..helpers.configs import cfg_of, pair_overrides
 from ..helpers.runs import TINY, demo_spec, run_cell
 
@@ -165,3 +165,19 @@ def test_a_summary_that_disagrees_with_its_samples_is_recomputed_and_said(small_
     sps = next(line for line in md.splitlines() if line.startswith("| SpS"))
     assert sps.rstrip(" |").endswith("3")  # n = 3, not the stale summary's 4
     assert "summary.json counts 4 items but its samples hold 3: its numbers are recomputed" in md
+
+
+def test_a_store_whose_tables_folder_cannot_be_written_still_prints_the_table(small_pair_dir, tmp_path, caplog):
+    """A read-only store (here: `out=` under a file, which even root cannot write) prints the table and says
+    it wrote nothing; figures that cannot be written are one paragraph."""
+    from cactus_bench.tools.report.__main__ import main
+
+    results = tmp_path / "runs"
+    run_cell("sps", results=results, pair_dir=small_pair_dir, limit=2)
+    (tmp_path / "file").write_text("not a folder")
+    common = (f"results={results}", f"out={tmp_path / 'file' / 'x'}", *pair_overrides(small_pair_dir))
+    out = run_main(main, "table", "sweeps/demo.yaml", "limit=2", "m=2", "max_gen_toks=8", *common)
+    assert out.returncode == 0 and "| SpS " in out.stdout and "written:" not in out.stdout, out.stderr[-2000:]
+    assert "the table is printed only" in out.stderr + caplog.text
+    out = run_main(main, "figures", *common)
+    assert "cannot write the figures into" in one_paragraph(out)

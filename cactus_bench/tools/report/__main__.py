@@ -74,7 +74,11 @@ def main(argv=None):
             ]
         except SpecError as e:
             fail(e)
-        made = figures(runs, args.out or (beside / "figures" if elsewhere else paths.figures), specs, args.overrides)
+        out = Path(args.out or (beside / "figures" if elsewhere else paths.figures))
+        try:
+            made = figures(runs, out, specs, args.overrides)
+        except OSError as e:
+            fail(StoreError(f"cannot write the figures into {out} ({e.strerror or e}): give out= a writable folder"))
         print("\n".join(str(p) for p in made.values()) or "no runs to plot")
 
 

@@ -292,8 +292,12 @@ def render_table(
     if df["ours"].isna().all():  # no stored run matched any cell: never replace a file with an empty table
         log.warning("no stored run matches %s: table printed, nothing written", spec["name"])
         return md, None
-    out.mkdir(parents=True, exist_ok=True)
-    df.to_csv(f"{base}.csv", index=False)  # not with_suffix: a name with a dot (δ=0.5) keeps its tail
-    write_text_atomic(Path(f"{base}.md"), md)
-    write_text_atomic(Path(f"{base}.tex"), table.to_latex(escape=True))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        df.to_csv(f"{base}.csv", index=False)  # not with_suffix: a name with a dot (δ=0.5) keeps its tail
+        write_text_atomic(Path(f"{base}.md"), md)
+        write_text_atomic(Path(f"{base}.tex"), table.to_latex(escape=True))
+    except OSError as e:  # a read-only store is still read: the table is printed, its files not written
+        log.warning("could not write %s.{csv,md,tex} (%s): the table is printed only (out=... elsewhere)", base, e)
+        return md, None
     return md, Path(f"{base}.md")
