@@ -199,10 +199,28 @@ def test_the_kv_cache_is_sized_from_the_runs_rows_and_longest_sequence():
     one = memory.plan([smol, drafter], 4, 1, 4149, free=2**34)
     assert one.bytes == int(4224 * (2 * 54 * 3 * 64 * 4) * memory.MARGIN)  # 4149 tokens in whole 128-blocks
     assert memory.plan([smol, drafter], 4, 6, 4149, free=2**34).bytes == pytest.approx(6 * one.bytes, rel=1e-6)
+    weights = memory.weight_bytes(smol, 4) + memory.weight_bytes(drafter, 4)
     auto = memory.plan([smol, drafter], 4, "auto", 4149, free=2**34)
-    assert auto.rows == min(memory.AUTO_ROWS, int(2**34 * memory.AUTO_SHARE // one.bytes)) and auto.bytes <= 2**33
-    with pytest.raises(ModelLoadError, match=r"needs .* GiB for 64 row\(s\) × 4149 tokens.*Lower batch_size"):
+    left = 2**34 - weights  # what the weights leave of the free memory
+    assert auto.rows == min(memory.AUTO_ROWS, int(left * memory.AUTO_SHARE // one.bytes)) and auto.bytes <= left / 2
+    with pytest.raises(ModelLoadError, match=r"GiB of weights and a KV cache of .* 64 row\(s\) × 4149 tokens"):
         memory.plan([smol, drafter], 4, 64, 4149, free=2**30)
+
+
+def test_the_vllm_plan_counts_the_weights_and_shares_both_over_tensor_parallel_gpus():
+    """A 7B-sized verifier's weights (13.5 GB in bfloat16) do not fit a 12 GiB GPU with any cache; over two
+    GPUs each holds half the weights and half the cache, which vLLM is given per device."""
+    from transformers import LlamaConfig
+
+    from cactus_bench.backends.vllm import memory
+    from cactus_bench.core.decode.api import ModelLoadError
+
+    big = LlamaConfig(num_hidden_layers=32, num_attention_heads=32, hidden_size=4096, intermediate_size=11008)
+    assert memory.weight_bytes(big, 2) == pytest.approx(2 * 6.74e9, rel=0.01)  # Llama-2-7B: 6.74B parameters
+    with pytest.raises(ModelLoadError, match="GiB of weights"):
+        memory.plan([big], 2, 1, 4096, free=12 * 2**30)
+    two = memory.plan([big], 2, 1, 4096, free=12 * 2**30, devices=2)
+    assert two.devices == 2 and two.per_device == two.bytes // 2 and "on each of 2 GPUs" in two.describe()
 
 
 class _StreamingEngine:
@@ -302,7 +320,7 @@ def test_engines_are_reused_for_fewer_rows_and_kept_per_setting(monkeypatch):
 
     monkeypatch.setitem(__import__("sys").modules, "vllm", NS(LLM=LLM))
     monkeypatch.setattr(vdecoder, "_ENGINES", {})
-    monkeypatch.setattr(vdecoder, "kv_cache", lambda *a: NS(bytes=2**20, describe=lambda: "1 MiB"))
+    monkeypatch.setattr(vdecoder, "kv_cache", lambda *a: NS(per_device=2**20, describe=lambda: "1 MiB"))
     models = NS(verifier="v", revision=None, verifier_dtype=None, dtype="float32", device="cpu", tensor_parallel_size=1)
 
     def spec(m, rows):

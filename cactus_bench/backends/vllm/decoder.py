@@ -90,7 +90,7 @@ def engine(models: ModelSpec, spec: DecodeSpec, drafter: str | None):
         log.info("vLLM KV cache: vLLM's default share of the GPU (batch_size=auto)")
     else:  # what the run needs, not vLLM's share of the whole device (memory.py)
         cache = kv_cache(models, drafter, dtype, spec.batch_size, options["max_model_len"], on_gpu)
-        options["kv_cache_memory_bytes"] = cache.bytes
+        options["kv_cache_memory_bytes"] = cache.per_device  # vLLM's is each device's
         log.info("vLLM KV cache: %s", cache.describe())
     if drafter:
         options["speculative_config"] = {
@@ -131,7 +131,8 @@ def kv_cache(models: ModelSpec, drafter: str | None, dtype: str, batch_size, tok
     configs = [AutoConfig.from_pretrained(models.verifier, revision=models.revision)]
     configs += [AutoConfig.from_pretrained(drafter)] if drafter else []
     itemsize = torch.empty((), dtype=getattr(torch, dtype)).element_size()
-    return memory.plan(configs, itemsize, batch_size, tokens, memory.free_bytes(on_gpu))
+    tp = models.tensor_parallel_size
+    return memory.plan(configs, itemsize, batch_size, tokens, memory.free_bytes(on_gpu), tp)
 
 
 class VLLMDecoder:
