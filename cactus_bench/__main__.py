@@ -97,7 +97,7 @@ def _run(cfg) -> None:
     from cactus_bench.app.errors import fail
 
     logging.getLogger("cactus_bench").setLevel(logging.INFO)
-    claim_gpu_slot()
+    claim_gpu_slot(cfg.paths.results)
     try:
         if cfg.get("pack"):  # a SLURM job packing several runs (slots_per_gpu): this task's run
             from hydra.core.global_hydra import GlobalHydra

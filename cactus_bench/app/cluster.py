@@ -179,9 +179,10 @@ def pack_entry(pack: list[Any]) -> Any:
 _GPU_SLOT = None  # the lock file this worker holds for its GPU (kept open while the process lives)
 
 
-def claim_gpu_slot() -> None:
-    """Under `hydra/launcher=local_gpus`, give this worker process one GPU of its own: the first slot whose
-    lock file no other worker holds. Must run before torch initialises CUDA."""
+def claim_gpu_slot(results: str | os.PathLike) -> None:
+    """Under `hydra/launcher=local_gpus`, give this worker process one GPU of its own (`take_slot`), its
+    slots' lock files under the results folder's `.gpu-slots/` (this sweep's, not every user's /tmp). Must
+    run before torch initialises CUDA."""
     global _GPU_SLOT
     from hydra.core.hydra_config import HydraConfig
 
@@ -189,18 +190,31 @@ def claim_gpu_slot() -> None:
         return
     if HydraConfig.get().runtime.choices.get("hydra/launcher") != "local_gpus":
         return
-    import fcntl
-    import tempfile
-
     gpus = int(os.environ.get("CACTUS_BENCH_GPUS", "1"))
-    for slot in range(gpus * int(os.environ.get("CACTUS_BENCH_SLOTS_PER_GPU", "1"))):  # k slots per GPU
-        f = open(os.path.join(tempfile.gettempdir(), f"cactus-bench-gpu-{slot}.lock"), "a")  # noqa: SIM115
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.close()
-            continue
-        _GPU_SLOT = f
-        os.environ["CUDA_VISIBLE_DEVICES"] = str(slot % gpus)
-        log.info("this job uses GPU %d (CUDA_VISIBLE_DEVICES)", slot % gpus)
-        return
+    slots = gpus * int(os.environ.get("CACTUS_BENCH_SLOTS_PER_GPU", "1"))  # k slots per GPU
+    slot, _GPU_SLOT = take_slot(Path(results) / ".gpu-slots", slots)
+    os.environ["CUDA_VISIBLE_DEVICES"] = str(slot % gpus)
+    log.info("this job uses GPU %d (CUDA_VISIBLE_DEVICES)", slot % gpus)
+
+
+def take_slot(folder: Path, slots: int, poll_s: float = 5.0):
+    """The first of `slots` whose lock file in `folder` no other process holds: (its number, the open file
+    that holds it while this process lives). While every slot is held, it says so (once a minute) and waits."""
+    import fcntl
+    import time
+
+    folder.mkdir(parents=True, exist_ok=True)
+    said = None
+    while True:
+        for slot in range(slots):
+            f = open(folder / f"gpu-{slot}.lock", "a")  # noqa: SIM115  (held while the process lives)
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.close()
+                continue
+            return slot, f
+        if said is None or time.monotonic() - said > 60:
+            log.warning("all %d GPU slot(s) of %s are held by other workers: waiting for one to finish", slots, folder)
+            said = time.monotonic()
+        time.sleep(poll_s)

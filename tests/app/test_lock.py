@@ -269,3 +269,24 @@ def test_a_run_paused_past_the_stale_time_stops_when_it_resumes_and_stores_nothi
     lines = samples.read_text().splitlines()
     assert len(lines) == 40 >= before and duplicated_items(run_dir(cfg)) == {}
     assert json.loads((run_dir(cfg) / "summary.json").read_text())["samples"] == 40
+
+
+def test_a_worker_that_finds_every_gpu_slot_held_says_so_and_waits_for_one(tmp_path, caplog):
+    """`hydra/launcher=local_gpus`: slots are lock files under the results folder (not the shared /tmp);
+    with both held, a third worker waits, saying why, and takes the first one released."""
+    import fcntl
+    import threading
+
+    from cactus_bench.app.cluster import take_slot
+
+    folder = tmp_path / "results" / ".gpu-slots"
+    held = [take_slot(folder, 2, poll_s=0.05) for _ in range(2)]
+    assert [slot for slot, _ in held] == [0, 1]
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(take_slot(folder, 2, poll_s=0.05)))
+    waiter.start()
+    time.sleep(0.5)
+    assert not got and "all 2 GPU slot(s)" in caplog.text and str(folder) in caplog.text
+    fcntl.flock(held[1][1], fcntl.LOCK_UN)  # the second worker ends
+    waiter.join(timeout=30)
+    assert got and got[0][0] == 1
