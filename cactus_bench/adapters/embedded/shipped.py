@@ -77,6 +77,11 @@ def class_builds() -> dict[str, dict]:
     return recorded["classes"] if recorded.get("spec_hash") == quality().get("spec_hash") else {}
 
 
+def recorded_files() -> list[dict[str, str]]:
+    """The files ({path: sha256}) of every recorded build of the shipped recipe: what a cache of it may hold."""
+    return [record["files"] for record in class_builds().values()]
+
+
 def record_build(folder: Path, cpu_class: str) -> dict:
     """Record the build in `folder` (of the shipped recipe, trained on this CPU) as its class's."""
     built = json.loads((folder / "quality.json").read_text())

