@@ -214,3 +214,10 @@ def test_a_damaged_data_file_is_named_in_one_paragraph(tmp_path, content, match)
     with pytest.raises(DataError, match=match) as e:
         load_gsm8k(tmp_path)
     assert str(tmp_path / "gsm8k") in str(e.value)
+
+
+def test_an_unquoted_value_beyond_ascii_gets_the_hint_to_quote_it(tmp_path):
+    out = cli("method=sps", f"paths.results={tmp_path}/résultats")
+    said = one_paragraph(out)
+    assert "must be quoted" in said and f"'paths.results=\"{tmp_path}/résultats\"'" in said, said
+    assert "résultats" not in [p.name for p in tmp_path.iterdir()]
