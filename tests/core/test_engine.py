@@ -212,7 +212,8 @@ def test_traced_ops_per_round_do_not_grow_with_depth():
 def test_the_eager_loops_own_ops_per_round_stay_within_their_budget():
     """Issue 41: on a launch-bound pair the loop's own work decides the speed. Every op a round dispatches
     outside the models' forwards (warp, sampling, rule, statistics, cache and masks, bookkeeping) for Cactus
-    on the tiny pair at batch size 1, m = 4: 319.0 at c2f15d8, 148.6 since; the budget is under half of it.
+    on the tiny pair at batch size 1, m = 4: 319.0 at c2f15d8, 148.6 since, 154.8 with the non-finite check
+    read in the round's host read (issue 64); the budget is under half of 319.
     Counted, not timed: the same on any machine."""
     from cactus_bench.tools.perf.launch import FORWARD, decode_round_ops
     from cactus_bench.tools.perf.shapes import PAIRS
@@ -221,7 +222,7 @@ def test_the_eager_loops_own_ops_per_round_stay_within_their_budget():
     parts = r["parts_per_round"]
     assert parts[FORWARD] > 500 and "other" not in parts, parts  # every op is placed: forwards or a part
     assert abs(sum(parts.values()) - r["ops_per_round"]) < 1e-9
-    assert r["loop_ops_per_round"] <= 152, parts
+    assert r["loop_ops_per_round"] <= 156, parts
 
 
 def test_a_rounds_time_is_split_into_compiled_calls_dynamo_kernels_and_python():

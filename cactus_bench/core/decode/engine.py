@@ -257,7 +257,7 @@ class Engine:
                                       self.support, self.options.statistics)  # fmt: skip
         host = verdict.tolist()  # the round's one host read
         t_rule = clock.lap()
-        finished = self._commit_rows(slots, host, steps, (t_draft, t_verify, t_rule))
+        finished = self._commit_rows(slots, host, steps, (t_draft, t_verify, t_rule), p)
         other = clock.lap()
         for row in slots:
             if row is not None:
@@ -295,7 +295,7 @@ class Engine:
                 self.vocab, self.warp, rule.needs_raw)  # fmt: skip
         return dm.run(programs.draft, args, programs.draft_reach(plan.reach, self.m), forwards=steps)
 
-    def _commit_rows(self, slots, host, steps: int, times) -> list[tuple[int, str]]:
+    def _commit_rows(self, slots, host, steps: int, times, p: Tensor | None) -> list[tuple[int, str]]:
         """Each row commits its accepted drafts and the sampled token, cut at EOS or its budget, and checks
         its stop strings; returns the rows that finished, with why."""
         m, finished = self.m, []
@@ -305,7 +305,7 @@ class Engine:
             if row is None:
                 continue
             drafted, sampled, c = host[b][:m], host[b][m], counted(host[b][m + 1 :])
-            raise_if_nonfinite(int(sampled), self._model)
+            raise_if_nonfinite(sampled, {"verifier": self.verifier, "drafter": self.drafter}, p)
             n = int(c["accepted"])
             tokens, reason = cut_tokens([int(t) for t in drafted[:n]] + [int(sampled)], self.eos, row.left)
             row.committed += tokens
@@ -329,14 +329,14 @@ class Engine:
         _, q, token = self.vm.forward(x, max(lengths), 1, self.vocab, self.warp, u, advance=False)
         assert token is not None  # sampled: uniforms were given
         t_verify = clock.lap()
-        tokens = [t for (t,) in mark_nonfinite(token, verifier=q).tolist()]  # the one sync per token
+        tokens = [t for (t,) in mark_nonfinite(token, q).tolist()]  # the one sync per token
         t_rule = clock.lap()
         finished = []
         for b, row in enumerate(slots):
             if row is None:
                 continue
-            t = tokens[b]
-            raise_if_nonfinite(t, self._model)
+            raise_if_nonfinite(tokens[b], {"verifier": self.verifier})
+            t = int(tokens[b])
             row.committed.append(t)
             row.generated.append(t)
             reason = "eos" if t in self.eos else ("length" if row.left <= 0 else None)
@@ -346,9 +346,6 @@ class Engine:
             if reason is not None:
                 finished.append((b, reason))
         return finished
-
-    def _model(self, role: str):
-        return self.verifier if role == "verifier" else self.drafter
 
     def _next_ar_uniform(self, row: Row | None) -> Tensor:
         """The row's next uniform (a host tensor [1]), from blocks of AR_BLOCK drawn from its generator."""

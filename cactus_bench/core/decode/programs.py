@@ -78,7 +78,7 @@ def decide(rule, d, p, raw_p, q, v_logits, u_verify, budget, eos_ids, support, k
     v = rule.verify(p, q, d, uniforms=u_verify, n_drafts=n_drafts, check=False, return_kl=kl, **raw)
     out_kl, fits = output_kl(rule, p, q[:, :m], support, raw)
     stats = round_columns(v.passed, n_drafts, v.kl, out_kl, fits)  # what every backend counts, one way
-    sampled = mark_nonfinite(v.sampled, verifier=q, drafter=p)
+    sampled = mark_nonfinite(v.sampled, q, p)
     return torch.cat([d, sampled, stats], 1)  # (float64)
 
 

@@ -95,34 +95,34 @@ def counted_drafts(budget: Tensor, through_eos: Tensor) -> Tensor:
 
 
 # A model whose logits are not finite (NaN weights, an overflow) has all-NaN warped probabilities (a softmax
-# of them; `Warper`'s one-hot the same): the token a step returns is then one of these marks instead, so the
-# round's one host read says so and no extra read is made.
-NONFINITE = {-1: "verifier", -2: "drafter"}
+# of them; `Warper`'s one-hot the same): 0 × their first column is then NaN instead of 0, and added to the
+# token a step returns, it makes the round's one host read say so (no extra read). Which model it was is
+# looked up on the host, only then.
 
 
 class NonFiniteModel(ValueError):
     """A model's logits were NaN or infinite: what it decodes means nothing."""
 
 
-def mark_nonfinite(token: Tensor, **probs: Tensor | None) -> Tensor:
-    """`token` [B, 1], or each row's mark (`NONFINITE`) where that row's warped probabilities of the named
-    model (`verifier=q`, `drafter=p`, each [B, k, V]) are not finite at some position."""
-    for code, role in NONFINITE.items():
-        pr = probs.get(role)
-        if pr is not None:
-            token = torch.where(torch.isfinite(pr[..., 0]).all(-1, keepdim=True), token, code)
-    return token
+def mark_nonfinite(token: Tensor, *probs: Tensor | None) -> Tensor:
+    """`token` [B, 1] (as float), NaN in each row where one of `probs` ([B, k, V] each) is not finite."""
+    firsts = [pr[..., 0] for pr in probs if pr is not None]
+    first = firsts[0] if len(firsts) == 1 else torch.cat(firsts, -1)  # one sum for every model: fewer ops
+    return token + 0.0 * first.sum(-1, keepdim=True)
 
 
-def raise_if_nonfinite(token: int, model) -> None:
-    """One paragraph naming the model, when a step's token is a mark of `mark_nonfinite`."""
-    if token in NONFINITE:
-        name = getattr(getattr(model(NONFINITE[token]), "config", None), "_name_or_path", "?")
-        raise NonFiniteModel(
-            f"the {NONFINITE[token]} ({name}) produced NaN or infinite logits, so nothing it decodes means "
-            "anything and the run stops before storing it. Its weights are damaged or overflow in this dtype: "
-            "check the checkpoint (re-download or rebuild it), or load it in float32 (pair.dtype=float32)."
-        )
+def raise_if_nonfinite(token: float, models: dict[str, object], drafter_probs: Tensor | None = None) -> None:
+    """One paragraph naming the model, when a step's token came back NaN (`mark_nonfinite`): the drafter if
+    its probabilities `drafter_probs` are not finite, else the verifier."""
+    if token == token:  # not NaN
+        return
+    role = "drafter" if drafter_probs is not None and not bool(torch.isfinite(drafter_probs).all()) else "verifier"
+    name = getattr(getattr(models.get(role), "config", None), "_name_or_path", "?")
+    raise NonFiniteModel(
+        f"the {role} ({name}) produced NaN or infinite logits, so nothing it decodes means anything and the "
+        "run stops before storing it. Its weights are damaged or overflow in this dtype: check the checkpoint "
+        "(re-download or rebuild it), or load it in float32 (pair.dtype=float32)."
+    )
 
 
 def round_columns(passed: Tensor, n_drafts: Tensor, kl: Tensor | None, out_kl: Tensor, fits: Tensor) -> Tensor:
