@@ -115,6 +115,14 @@ class RunIdentity:
         return _hash(self.as_dict(), 10)
 
     @property
+    def model_id(self) -> str:
+        """The run as Spec-Bench names a model's answers (`<model_id>.jsonl`): pair, method with its parameters
+        and m, and the sampling (`tiny-sps_m4-T0.6-k20-p0.95`, `tiny-ar-greedy`)."""
+        s = self.sampling
+        sampling = "greedy" if s == GREEDY else f"T{s['temperature']:g}-k{s['top_k']}-p{s['top_p']:g}"
+        return f"{self.pair_name}-{Method(self.method, self.params, self.m or 0).run_name}-{sampling}"
+
+    @property
     def setting_key(self) -> str:
         """What every run of one figure shares: the identity without the method, its parameters, m and the
         drafter (the verifier alone has none)."""

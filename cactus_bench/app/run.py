@@ -115,7 +115,7 @@ def run(target: RunSpec | DictConfig, time_sample: bool = True) -> dict:
 
 
 def _run(spec: RunSpec, time_sample: bool = True) -> dict:
-    cfg, method, ident = spec.cfg, spec.method, spec.identity
+    cfg, ident = spec.cfg, spec.identity
     offline.use_local_data(cfg)
     bench = benchmark_or_everything_missing(spec)  # data errors surface before models load
     if cfg.threads is not None and not str(cfg.pair.device).startswith("cuda"):
@@ -128,7 +128,7 @@ def _run(spec: RunSpec, time_sample: bool = True) -> dict:
         except (ModelLoadError, PairUnavailable, ValueError, MemoryError):  # refused before any item: no run
             store.discard()
             raise
-        bench.prepare(decoder, f"{cfg.pair.name}-{method.tag}")
+        bench.prepare(decoder, ident.model_id)
         tracker = make_tracker(cfg, store.folder, ident)
         done = {s["index"]: s for s in store.samples()}
         items = bench.items(cfg.limit)

@@ -93,7 +93,7 @@ class _Member:
         self.store = RunStore.open(spec)
         try:
             self.decoder = get_decoder(spec, batch_size=1, statistics=False)  # the method alone; the group pairs it
-            self.bench.prepare(self.decoder, f"{cfg.pair.name}-{spec.method.tag}")
+            self.bench.prepare(self.decoder, spec.identity.model_id)
         except BaseException:  # not yet a member: its run is marked here, its lock released
             self.store.finish("failed")
             raise

@@ -134,6 +134,9 @@ class Command:
                 raise ValueError(f"{name}= is not a setting of {self.prog}: {hint}")
             else:
                 words.append(arg)
+        if self.positional and self.positional[-1].kind is list and len(words) >= len(self.positional):
+            first = len(self.positional) - 1  # a last positional list takes every remaining word
+            words = [*words[:first], ",".join(words[first:])]
         if len(words) > len(self.positional):
             raise ValueError(f"unexpected {' '.join(words[len(self.positional) :])!r}: settings are key=value")
         for key, word in zip(self.positional, words):

@@ -15,6 +15,7 @@ VERBS = {  # verb -> (module run as __main__, what it does)
     "plan": ("cactus_bench.tools.plan", "a sweep's cost and detectable differences, before it runs"),
     "score": ("cactus_bench.tools.score", "re-score stored replies with lm-eval, no models needed"),
     "runs": ("cactus_bench.tools.runs", "the stored runs, one row each"),
+    "export": ("cactus_bench.tools.export", "stored runs in Spec-Bench's answer layout, for its own scripts"),
     "rules": ("cactus_bench.tools.rules", "the registered acceptance rules and their parameters"),
     "dashboard": ("cactus_bench.tools.dashboard", "the saved W&B workspace of the paper's figures"),
     "embedded": ("cactus_bench.adapters.embedded", "build (or check) the embedded offline pair"),

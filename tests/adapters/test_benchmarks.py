@@ -19,6 +19,7 @@ from cactus_bench.backends.hf.backend import cut_at_stop
 from cactus_bench.tools.score import score_responses, scorer_for
 
 from ..helpers.paths import DATA
+from ..helpers.specbench import speed_py
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason="needs ../shared/data")
@@ -286,6 +287,11 @@ def test_specbench_metrics_on_a_hand_computed_example():
     assert m["overall"]["speedup"] is None and m["overall"]["speedup_mean_of_ratios"] is None
     withheld, reason = m["overall"]["speedup_caveat"]
     assert withheld and "withheld, the runs were decoded in batches" in reason
+    named = {"speedup": "ratio of mean speeds", "speedup_mean_of_ratios": "mean of ratios"}
+    m = speed_metrics([{**s, "conditions": batched} for s in method], [{**s, "conditions": batched} for s in base],
+                      names=named)  # fmt: skip
+    assert m["overall"]["speedup_mean_of_ratios_caveat"][1].startswith("mean of ratios: withheld")  # its own name
+    assert m["overall"]["speedup_caveat"][1].startswith("ratio of mean speeds: withheld")
 
 
 def test_ifeval_scoring_is_reproducible_and_leaves_the_global_rng_alone():
@@ -500,3 +506,46 @@ def test_a_scorer_without_its_nltk_data_is_one_paragraph_before_any_model_loads(
         assert "needs NLTK's tokenizers/punkt_tab" in said and "python -m nltk.downloader punkt_tab" in said, name
         assert "Downloaded" not in out.stdout + out.stderr
     assert not list((tmp_path / "results").rglob("config.yaml"))  # no run folder was opened
+
+
+def test_the_speed_py_column_is_speed_pys_arithmetic_per_category_and_overall():
+    """Its baseline's tokens are its turns' text re-tokenised less one (the BOS it assumes): with a tokenizer
+    that adds no BOS (Qwen3's, the tiny pair's) that is one per turn fewer than generated; the column
+    follows it, category by category and overall, where the harness's own column counts generated ids."""
+    from types import SimpleNamespace
+
+    from cactus_bench.adapters.benchmarks.specbench import specbench_count
+
+    class NoBos:  # a word per token, no BOS added: Qwen3's situation
+        special_tokens_map = {"eos_token": "<|end|>"}
+
+        def __call__(self, text):
+            return SimpleNamespace(input_ids=text.split())
+
+    def ans(qid, cat, words, wall):
+        turns = [" ".join(["w"] * n) + " <|end|> " for n in words]  # stored with a special token and spaces
+        answer = {"question_id": qid, "category": cat, "choices": [
+            {"turns": turns, "new_tokens": words, "wall_time": wall, "accept_lengths": [1] * sum(words)}]}  # fmt: skip
+        stats = {"new_tokens": sum(words), "verifier_calls": sum(words), "accepted": 0, "drafted": 0}
+        return {"id": qid, "category": cat, "answer": answer, "stats": stats}
+
+    base = [ans(1, "writing", [12, 9], [2.0, 1.0]), ans(2, "qa", [8], [1.5]), ans(3, "qa", [20], [2.5]),
+            ans(4, "rag", [15], [1.0])]  # fmt: skip
+    method = [ans(1, "writing", [12, 9], [1.0, 0.8]), ans(2, "qa", [8], [0.5]), ans(3, "qa", [20], [1.1]),
+              ans(4, "rag", [15], [0.7])]  # fmt: skip
+    tokenizer = NoBos()
+    m = speed_metrics(method, base, specbench_count(tokenizer))
+    clean = [{**a["answer"], "choices": [{**a["answer"]["choices"][0], "turns": [
+        t.replace("<|end|>", "").strip() for t in a["answer"]["choices"][0]["turns"]]}]} for a in base]  # fmt: skip
+    for task in ("mt_bench", "qa", "rag", "overall"):
+        expected = speed_py([a["answer"] for a in method], clean, task, lambda t: tokenizer(t).input_ids)
+        assert m[task]["speedup_specbench"] == pytest.approx(expected, rel=1e-12), task
+        assert m[task]["speedup_specbench"] > m[task]["speedup"]  # one token a turn fewer in the baseline
+
+    class Bos(NoBos):  # Llama's and Vicuna's: BOS added, which speed.py's "less one" takes away
+        def __call__(self, text):
+            return SimpleNamespace(input_ids=["<s>", *text.split()])
+
+    with_bos = specbench_count(Bos())
+    same = speed_metrics(method, base, with_bos)  # a tokenizer that adds BOS: speed.py's count is generated ids
+    assert same["overall"]["speedup_specbench"] == pytest.approx(same["overall"]["speedup"], rel=1e-12)

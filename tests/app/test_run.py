@@ -73,7 +73,9 @@ def test_specbench_runs_and_writes_its_answer_schema(small_pair_dir, tmp_path):
     for method in ("ar", "cactus"):
         cfg = cfg_of(*common, f"method={method}", "m=2", results=tmp_path, pair_dir=small_pair_dir)
         summaries[method] = run_mod.run(cfg)
-    answers = [json.loads(x) for x in (run_dir(cfg) / "model_answer.jsonl").read_text().splitlines()]
+    model_id = f"{cfg.pair.name}-cactus-delta1.0_m2-T0.6-k20-p0.95"
+    answers = [json.loads(x) for x in (run_dir(cfg) / f"{model_id}.jsonl").read_text().splitlines()]
+    assert {a["model_id"] for a in answers} == {model_id} and len({a["answer_id"] for a in answers}) == 2
     assert len(answers) == 2 and len(answers[0]["choices"][0]["turns"]) == 2  # MT-bench: two turns
     assert set(answers[0]) == {"question_id", "category", "answer_id", "model_id", "tstamp", "choices"}
     assert {"decoding_steps", "new_tokens", "wall_time", "accept_lengths"} <= set(answers[0]["choices"][0])
@@ -293,3 +295,44 @@ def test_a_verifier_with_nan_weights_stops_the_run_in_one_paragraph(small_pair_d
                   f"paths.runs={tmp_path / 'runs'}")  # fmt: skip
         assert "the verifier" in one_paragraph(out) and "NaN or infinite logits" in one_paragraph(out)
     assert not [p for p in (tmp_path / "runs").rglob("samples.jsonl") if p.read_text().strip()]
+
+
+def test_spec_benchs_own_arithmetic_on_the_export_gives_the_tables_speed_py_column(small_pair_dir, tmp_path):
+    """`cactus-bench export specbench` lays a verifier-alone run and two SpS runs (greedy, sampled) out as
+    Spec-Bench's scripts read them: speed.py's arithmetic on the files gives the table's speed.py column in
+    every category, equal.py finds greedy SpS equal to greedy verifier-alone decoding, and each file is named
+    by a model_id that tells sampled from greedy."""
+    from transformers import AutoTokenizer
+
+    from cactus_bench.adapters.benchmarks.base import specbench_cells
+    from cactus_bench.app.runs import load_runs
+    from cactus_bench.tools.export import main as export_main
+
+    from ..helpers.cli import run_main
+    from ..helpers.specbench import speed_py
+
+    common = ["pair=tiny", "data=specbench", "limit=3", "max_gen_toks=8", "data.warmup=1", "progress=false", "m=2"]
+    for extra in (["method=ar", "sampling=greedy"], ["method=sps", "sampling=greedy"], ["method=sps"]):
+        run_mod.run(cfg_of(*common, *extra, results=tmp_path / "runs", pair_dir=small_pair_dir))
+    runs = {r.identity.model_id: r for r in load_runs(tmp_path / "runs")}
+    names = sorted(runs)
+    assert names == ["small-ar-greedy", "small-sps_m2-T0.6-k20-p0.95", "small-sps_m2-greedy"], names
+    ar, sps = runs["small-ar-greedy"], runs["small-sps_m2-greedy"]
+    out = run_main(export_main, "specbench", ar.key, sps.key, f"results={tmp_path / 'runs'}", f"out={tmp_path / 'x'}")
+    assert out.returncode == 0 and "speed.py: python evaluation/speed.py" in out.stdout, out.stderr[-2000:]
+    files = {
+        p.stem: [json.loads(line) for line in p.read_text().splitlines()] for p in (tmp_path / "x").glob("*.jsonl")
+    }
+    assert sorted(files) == ["small-ar-greedy", "small-sps_m2-greedy"]
+    assert [str(a["choices"][0]["turns"]) for a in files["small-ar-greedy"]] == [
+        str(a["choices"][0]["turns"]) for a in files["small-sps_m2-greedy"]
+    ]  # equal.py's comparison: "Result totally Equal!"
+    tokenizer = AutoTokenizer.from_pretrained(small_pair_dir / "verifier")
+    cells = specbench_cells(sps, None, ar)
+    for task in ("mt_bench", "overall"):
+        expected = speed_py(
+            files["small-sps_m2-greedy"], files["small-ar-greedy"], task, lambda t: tokenizer(t).input_ids
+        )
+        assert cells[task]["speedup_specbench"] == pytest.approx(expected, rel=1e-9), task
+    meta = json.loads((tmp_path / "x" / "small-sps_m2-greedy.meta.json").read_text())
+    assert meta["batch_size"] == [1] and meta["caveats"] == [] and meta["answers"] == 3

@@ -9,12 +9,20 @@ which figures it draws, so reports never branch on the kind themselves.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from cactus_bench.core import metrics
 from cactus_bench.core.registry import Registry
+
+log = logging.getLogger("cactus_bench")
+SPEEDUP_COLUMNS = {  # Spec-Bench's speedups against the verifier alone's run, each named for how it counts
+    "speedup": "speedup (ratio of mean speeds, generated ids)",
+    "speedup_specbench": "speedup (speed.py: the baseline's text re-tokenised)",
+    "speedup_mean_of_ratios": "speedup (mean of per-question ratios)",
+}
 
 if TYPE_CHECKING:
     from cactus_bench.core.decode import Decoder
@@ -131,9 +139,16 @@ def _specbench(data) -> Benchmark:
 
 def specbench_cells(run, sps, ar) -> Cells:
     """Spec-Bench's per-category speed metrics (`specbench.speed_metrics`); the verifier alone is 1×."""
-    from cactus_bench.adapters.benchmarks.specbench import speed_metrics
+    from cactus_bench.adapters.benchmarks.specbench import speed_metrics, verifier_count
 
-    table: Cells = speed_metrics(run.samples, ar.samples if ar is not None else None)
+    count = None
+    if ar is not None:  # speed.py counts the baseline's tokens with the verifier's tokenizer
+        pair = ar.config["pair"]
+        try:
+            count = verifier_count(pair["verifier"], pair.get("revision"))
+        except (OSError, ValueError) as e:  # no tokenizer here (a hub id offline): that column stays empty
+            log.warning("speed.py's speedup not computed: the verifier's tokenizer is not here (%s)", e)
+    table: Cells = speed_metrics(run.samples, ar.samples if ar is not None else None, count, SPEEDUP_COLUMNS)
     for values in table.values():
         values["n"] = values["questions"]
         if run.is_baseline:
@@ -155,7 +170,7 @@ KINDS.add(
         specbench_cells,
         specbench_summary,
         ("specbench_speedup",),
-        {"speedup": "speedup (ratio of mean speeds)"},
+        SPEEDUP_COLUMNS,
         one_request=False,  # a question's second turn follows the method's own first answer; it warms up first
     ),
 )

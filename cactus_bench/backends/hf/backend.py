@@ -24,6 +24,7 @@ from cactus_bench.core.decode.api import (
     ModelLoadError,
     ModelSpec,
     Request,
+    special_token_texts,
     stable_seed,
 )
 
@@ -124,6 +125,10 @@ class HFDecoder:
 
     def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
         return self.pair.apply_chat_template(chat_history, add_generation_prompt)
+
+    @property
+    def special_tokens(self) -> tuple[str, ...]:
+        return special_token_texts(self.pair.tokenizer)
 
     def generate(self, requests: Sequence[Request]) -> Iterator[Generation]:
         from cactus_bench.core.decode.engine import Job

@@ -20,7 +20,15 @@ import torch
 
 from cactus_bench.backends.hf.backend import cut_at_stop, reply_text
 from cactus_bench.backends.vllm import memory, plugin
-from cactus_bench.core.decode.api import DecodeSpec, Generation, ModelLoadError, ModelSpec, Request, stable_seed
+from cactus_bench.core.decode.api import (
+    DecodeSpec,
+    Generation,
+    ModelLoadError,
+    ModelSpec,
+    Request,
+    special_token_texts,
+    stable_seed,
+)
 from cactus_bench.core.decode.stats import (
     GenerationOutput,
     Rounds,
@@ -154,6 +162,10 @@ class VLLMDecoder:
     @property
     def tokenizer_name(self) -> str:
         return self.models.verifier.replace("/", "__")
+
+    @property
+    def special_tokens(self) -> tuple[str, ...]:
+        return special_token_texts(self.tokenizer)
 
     def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
         text = self.tokenizer.apply_chat_template(

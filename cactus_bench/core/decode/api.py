@@ -67,6 +67,18 @@ class Decoder(Protocol):
     def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
         """A chat as the verifier's prompt text."""
 
+    @property
+    def special_tokens(self) -> tuple[str, ...]:
+        """The texts of the verifier tokenizer's special tokens (what Spec-Bench removes from a reply)."""
+
+
+def special_token_texts(tokenizer) -> tuple[str, ...]:
+    """Every special token's text in a tokenizer's `special_tokens_map` (its lists flattened)."""
+    texts: list[str] = []
+    for value in getattr(tokenizer, "special_tokens_map", {}).values():
+        texts += value if isinstance(value, list) else [value]
+    return tuple(dict.fromkeys(t for t in texts if t))
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -252,6 +264,10 @@ class PairedDecoder:
 
     def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
         return self.method.apply_chat_template(chat_history, add_generation_prompt)
+
+    @property
+    def special_tokens(self) -> tuple[str, ...]:
+        return self.method.special_tokens
 
 
 def paired_record(method: GenerationOutput, baseline: GenerationOutput, baseline_first: bool) -> dict:
