@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 
 class LineProgress:
@@ -41,3 +42,19 @@ def progress(total: int, desc: str, enabled: bool, stream=None):
 
 def shown(value: float | None, fmt: str) -> str:
     return "–" if value is None else fmt.format(value)  # "–" as in the tables: no figure, not a zero
+
+
+def quiet_third_party_bars() -> None:
+    """Silence transformers' weight-loading bars: between a sweep's runs they are pages of carriage returns,
+    and the run's own progress (progress=true) says how far it is."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
+def shown_path(path: Path | str) -> str:
+    """A path as a line shows it: relative to the working directory when it lies under it (shorter)."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)

@@ -17,7 +17,7 @@ from cactus_bench.adapters.benchmarks.data import DataError
 from cactus_bench.adapters.embedded import resolve_model
 from cactus_bench.app import offline, timing
 from cactus_bench.app.config import RunSpec, validate
-from cactus_bench.app.progress import progress, shown
+from cactus_bench.app.progress import progress, quiet_third_party_bars, shown, shown_path
 from cactus_bench.app.store import RunStore, StoreError, read_timings
 from cactus_bench.app.summary import merge
 from cactus_bench.app.tracking import NullTracker, accepted_length_figure, make_tracker
@@ -117,6 +117,7 @@ def run(target: RunSpec | DictConfig, time_sample: bool = True) -> dict:
 def _run(spec: RunSpec, time_sample: bool = True) -> dict:
     cfg, ident = spec.cfg, spec.identity
     offline.use_local_data(cfg)
+    quiet_third_party_bars()
     bench = benchmark_or_everything_missing(spec)  # data errors surface before models load
     if cfg.threads is not None and not str(cfg.pair.device).startswith("cuda"):
         torch.set_num_threads(cfg.threads)  # on a CPU (a GPU run's host threads barely matter)
@@ -135,13 +136,12 @@ def _run(spec: RunSpec, time_sample: bool = True) -> dict:
         mine = shard_items(items, store.shard)
         todo = [item for item in mine if bench.key(item) not in done]
         log.info(
-            "run %s%s: %d items, %d already done, %d to go -> %s",
+            "run %s%s: %d of %d items to go -> %s",
             ident.key,
             f" shard {store.shard[0]}/{store.shard[1]}" if store.shard else "",
-            len(mine),
-            len(mine) - len(todo),
             len(todo),
-            store.folder,
+            len(mine),
+            shown_path(store.folder),
         )
         device = decoder.device
         finished = [done[k] for k in sorted(done)]

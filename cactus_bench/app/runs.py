@@ -77,29 +77,32 @@ class Run:
         computed from other samples or timings than the store holds now (a samples line cut after the summary
         was written, lines appended by hand, timings appended by a group killed before it merged the summary
         again): every reader then shows the samples' numbers, never a stale summary's."""
-        stale = self._stale()
-        if stale is None:
+        found = self._stale()
+        if found is None:
             return self
+        stale, damaged = found
         summary = {**self.summary, **self.kind.summary(self.samples, self.config["data"])}
         for m in metrics.METRICS.values():  # relative readings are against references as they were: recomputed
             if m.relative is not None:
                 summary = {k: v for k, v in summary.items() if k != m.name and not k.startswith(f"{m.name}_")}
         note = f"{self.folder.name}: {stale}: its numbers are recomputed from the samples as stored"
-        log.warning("%s", note)
+        # a damaged store is a warning; a summary a timing group is about to merge again is expected
+        log.log(logging.WARNING if damaged else logging.DEBUG, "%s", note)
         return Run(self.folder, self.config, summary, self.samples, note)
 
-    def _stale(self) -> str | None:
-        """How the summary differs from what the store holds now; None when it is what they give."""
+    def _stale(self) -> tuple[str, bool] | None:
+        """How the summary differs from what the store holds now, and whether the store was damaged (lines
+        lost or added by hand) rather than moved on; None when the summary is what they give."""
         stored, made_from = self.summary.get("samples"), self.summary.get("computed_from")
         if stored is not None and stored != len(self.samples):
-            return f"summary.json counts {stored} items but its samples hold {len(self.samples)}"
+            return f"summary.json counts {stored} items but its samples hold {len(self.samples)}", True
         if made_from is None or made_from == contents(self.samples):  # (a summary of before it said)
             return None
         return (
             f"summary.json was computed from {made_from['samples']} samples ({made_from['timed']} timed) with "
             "other statistics or timings than the store holds now (a run or timing group stopped before it "
             "summarised again: rerun the same command to bring it up to date)"
-        )
+        ), False
 
 
 def pool_seeds(runs: list[Run]) -> Run | None:

@@ -115,8 +115,7 @@ def _time_group(specs: list[RunSpec]) -> None:
         if keys:
             here = members[0].here
             log.info(
-                "timing %d item(s) of %d runs together at batch size 1, each item beside one verifier-alone decode"
-                " (%s)",
+                "timing %d item(s) of %d runs together, each beside one verifier-alone decode (%s)",
                 len(keys),
                 sum(1 for m in members if m.todo),
                 describe(condition_class(here)),

@@ -194,11 +194,12 @@ def compare(base: Run, other: Run) -> str:
         lines.append("| score | " + " | ".join(scores) + " |")
     lines.append("")
     for name in ("score_delta", "rej"):
-        est = metrics.METRICS.get(name).relative(b.samples, a.samples)
-        if est is not None:
-            interval = "" if est.low is None else f" [{est.low:+.2f}, {est.high:+.2f}]"
+        m = metrics.METRICS.get(name)
+        est = m.relative(b.samples, a.samples)
+        if est is not None:  # in the metric's own format and unit, as the tables print it
+            interval = "" if est.low is None else f" [{m.format(est.low)}, {m.format(est.high)}]"
             what = "Δ score, paired by item" if name == "score_delta" else "Rej, this run against the first as SpS"
-            lines.append(f"- {what}: {est.value:+.2f}{interval} (n = {est.items})")
+            lines.append(f"- {what}: {m.format(est.value)}{interval} (n = {est.items})")
     return "\n".join(lines) + "\n"
 
 

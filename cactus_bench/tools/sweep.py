@@ -259,10 +259,10 @@ def main(argv: list[str] | None = None) -> str:
         made = figures(runs, paths.figures, [spec], identity_overrides)
         print("\n".join(str(p) for p in made.values()))
         return ""
-    md, path = render_table(spec, runs, paths.tables, identity_overrides)
+    md, path = render_table(spec, runs, paths.tables, identity_overrides, spec.get("shown"))
     print(md)
     if path is not None:
-        print(f"written: {path.with_suffix('')}.{{csv,md,tex}}")
+        print(f"written: {path.with_suffix('')}.{{csv,md,tex}}" + (" (every column)" if spec.get("shown") else ""))
     return md
 
 

@@ -106,6 +106,9 @@ def test_every_reader_shows_the_same_figures_of_one_store(store, small_pair_dir)
     low, high = delta["ci"]
     compared = runs_tool.compare(ar, cactus)
     assert f"Δ score, paired by item: {delta['ours']:+.2f} [{low:+.2f}, {high:+.2f}] (n = 12)" in compared
+    sps = next(r for r in load_runs(store) if r.identity.method == "sps")
+    rej = tables.fmt(cell(df, "Cactus δ=0.05", "rej")["ours"], "rej")
+    assert rej.endswith("%") and f"Rej, this run against the first as SpS: {rej} [" in runs_tool.compare(sps, cactus)
 
 
 def test_a_spec_refuses_a_dataset_of_another_kind_in_one_paragraph():

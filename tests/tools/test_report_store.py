@@ -246,3 +246,21 @@ def test_figures_of_several_settings_say_how_they_differ_and_stale_ones_go(fixtu
     assert gone and not any((figs / f"{name}.png").exists() for name in gone)
     assert all((figs / f"{name}.png").exists() for name in again)
     assert (figs / "mine.txt").exists() and (figs / "figure4_arith.png").exists()  # not ours; another scope's
+
+
+def test_a_terminal_shows_the_specs_few_columns_within_120_characters(fixture_store, small_pair_dir, tmp_path):
+    """`shown:` (the demo's: README's columns) is what a sweep prints: 120 characters at most a line, each
+    long header cut before its parenthesis with a numbered key to its whole label, the items each column
+    counts in a note; the written table keeps every column with its n."""
+    spec = load_spec(ROOT / "sweeps" / "demo.yaml", {"m": 3, "max_gen_toks": 10})
+    printed, path = render_table(
+        spec, load_runs(fixture_store), tmp_path, pair_overrides(small_pair_dir), spec["shown"]
+    )
+    assert spec["shown"] == ["score", "score_delta", "accepted_length", "rej", "paired_speedup"]
+    assert max(len(line) for line in printed.splitlines()) <= 120, printed
+    header = next(line for line in printed.splitlines() if line.startswith("| label"))
+    assert "| AL [1]" in header and "speedup [2]" in header and "arith" not in header and "τ" not in header
+    assert "- [2] speedup (paired, ratio of totals)" in printed and "- items: Δ score vs verifier 10" in printed
+    assert " n=" not in printed
+    written = path.read_text()
+    assert "arith τ" in written and " n=10" in written and "speedup vs SpS (paired)" in written

@@ -6,6 +6,8 @@ responses re-scored later on any machine.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
 from collections import defaultdict
@@ -126,6 +128,14 @@ class TaskScorer:
         # Re-seeded for every build: the same exemplars in every process, method and resume, and the first
         # N prompts do not depend on N (the sampler draws for the documents in order).
         self.task.set_fewshot_seed(seed=FEWSHOT_SEED)
+        # its "Building contexts" bar, a page of carriage returns between runs, says nothing a run's own
+        # progress does not (its log records go to their handlers, not this stream)
+        with contextlib.redirect_stderr(io.StringIO()):
+            self._build_requests(limit)
+        self._instances = {inst.doc_id: inst for inst in self.task.instances}
+        return self._instances
+
+    def _build_requests(self, limit: int | None) -> None:
         self.task.build_all_requests(
             limit=limit,
             rank=0,
@@ -135,8 +145,6 @@ class TaskScorer:
             chat_template=self.chat_template,
             tokenizer_name=self.tokenizer_name,
         )
-        self._instances = {inst.doc_id: inst for inst in self.task.instances}
-        return self._instances
 
     def prompts(self, limit: int | None = None) -> list[Prompt]:
         """The first `limit` prompts (all when None), with the chat template applied when one was given."""

@@ -222,18 +222,21 @@ def cell_text(value, metric: str, stderr=None, ci=None, n=None, mark: str | None
     return f"{text} {mark}" if mark else text
 
 
-def wide(df: pd.DataFrame) -> pd.DataFrame:
-    """Rows = method labels, columns = (data, metric) with 'ours (paper)'."""
+def wide(df: pd.DataFrame, compact: bool = False) -> pd.DataFrame:
+    """Rows = method labels, columns = (data, metric) with 'ours (paper)'. `compact` (a terminal's): no n in
+    the cells (a note gives it) and no dataset in the headers when there is one."""
 
     def cell(r):
-        text = cell_text(r["ours"], r["metric"], r["stderr"], r.get("ci"), r.get("n"), r.get("mark"))
+        n = None if compact else r.get("n")
+        text = cell_text(r["ours"], r["metric"], r["stderr"], r.get("ci"), n, r.get("mark"))
         if r["paper"] is not None and not pd.isna(r["paper"]):
             mark = UNVERIFIED_MARK if r.get("paper_confidence") == "unverified" else ""
             text += f" ({fmt(r['paper'], r['metric'])}{mark})"
         return text
 
     labels = df["metric_label"].fillna(df["metric"].map(label))
-    df = df.assign(cell=df.apply(cell, axis=1), column=df["data"] + " " + labels)
+    one_dataset = compact and df["data"].nunique() == 1
+    df = df.assign(cell=df.apply(cell, axis=1), column=labels if one_dataset else df["data"] + " " + labels)
     order = list(dict.fromkeys(df["label"]))
     return df.pivot(index="label", columns="column", values="cell").reindex(order)[list(dict.fromkeys(df["column"]))]
 
@@ -274,24 +277,21 @@ def table_title(spec: dict, overrides: list[str] = ()) -> str:
 
 
 def render_table(
-    spec: dict, runs: list[Run], out_dir: Path | str, overrides: list[str] = ()
+    spec: dict, runs: list[Run], out_dir: Path | str, overrides: list[str] = (), shown: list[str] | None = None
 ) -> tuple[str, Path | None]:
     """The table as Markdown, and written as CSV, Markdown and LaTeX under `out_dir`: the path written, or
-    None when no stored run matched (an empty table never replaces a file)."""
+    None when no stored run matched (an empty table never replaces a file). `shown`: the columns the
+    returned Markdown keeps (a terminal's few, its notes wrapped to TERMINAL_WIDTH); the files keep all."""
     df, notes = build_table(spec, runs, overrides)
     out = Path(out_dir)
     base = out / table_name(spec, overrides)
     table = wide(df)
-    md = f"## {table_title(spec, overrides)}\n\n"
-    if spec.get("paper") and spec["pair"] == spec.get("paper_pair", spec["pair"]):
-        md += f"ours (paper) — paper numbers from `{spec['paper']}`\n\n"
-    md += table.to_markdown() + "\n"
     notes = list(dict.fromkeys(notes)) + _footnotes(spec, df)  # each note once
-    if notes:
-        md += "\n" + "\n".join(f"- {n}" for n in notes) + "\n"
+    md = markdown(spec, table, notes, overrides)
+    printed = md if shown is None else terminal(spec, df[df["metric"].isin(shown)], notes, overrides)
     if df["ours"].isna().all():  # no stored run matched any cell: never replace a file with an empty table
         log.warning("no stored run matches %s: table printed, nothing written", spec["name"])
-        return md, None
+        return printed, None
     try:
         out.mkdir(parents=True, exist_ok=True)
         df.to_csv(f"{base}.csv", index=False)  # not with_suffix: a name with a dot (δ=0.5) keeps its tail
@@ -299,5 +299,39 @@ def render_table(
         write_text_atomic(Path(f"{base}.tex"), table.to_latex(escape=True))
     except OSError as e:  # a read-only store is still read: the table is printed, its files not written
         log.warning("could not write %s.{csv,md,tex} (%s): the table is printed only (out=... elsewhere)", base, e)
-        return md, None
-    return md, Path(f"{base}.md")
+        return printed, None
+    return printed, Path(f"{base}.md")
+
+
+TERMINAL_WIDTH = 120
+
+
+def terminal(spec: dict, df: pd.DataFrame, notes: list[str], overrides) -> str:
+    """The table as a terminal shows it: its few columns, each header cut before its parenthesis with a
+    numbered key to its whole label, the items each column counts in a note, lines wrapped to TERMINAL_WIDTH."""
+    table = wide(df, compact=True)
+    keys, renamed = [], {}
+    for column in table.columns:
+        if " (" in column:
+            keys.append(column)
+            renamed[column] = f"{column.split(' (')[0]} [{len(keys)}]"
+    counts = df.dropna(subset=["n"]).groupby("metric", sort=False)["n"].max()
+    items = ", ".join(f"{label(m)} {int(n)}" for m, n in counts.items())
+    said = [f"[{i}] {column}" for i, column in enumerate(keys, 1)] + ([f"items: {items}"] if items else [])
+    return markdown(spec, table.rename(columns=renamed), [*said, *notes], overrides, wrap=True)
+
+
+def markdown(spec: dict, table: pd.DataFrame, notes: list[str], overrides, wrap: bool = False) -> str:
+    """The table's title, the table and its notes; `wrap`: title and notes wrapped to TERMINAL_WIDTH."""
+    import textwrap
+
+    def said(text: str, indent: str = "") -> str:
+        return textwrap.fill(text, TERMINAL_WIDTH, subsequent_indent=indent, break_on_hyphens=False) if wrap else text
+
+    md = said(f"## {table_title(spec, overrides)}") + "\n\n"
+    if spec.get("paper") and spec["pair"] == spec.get("paper_pair", spec["pair"]):
+        md += said(f"ours (paper) — paper numbers from `{spec['paper']}`") + "\n\n"
+    md += table.to_markdown() + "\n"
+    if notes:
+        md += "\n" + "\n".join(said(f"- {n}", "  ") for n in notes) + "\n"
+    return md
