@@ -118,12 +118,13 @@ format:  ## Format the code with ruff
 	$(PY) -m ruff format cactus_bench tests scripts hydra_plugins
 	$(PY) -m ruff check --fix cactus_bench tests scripts hydra_plugins
 
+# The demo's commands are not echoed: its terminal output is the table a person reads (120 columns)
 embedded:  ## Build (or reuse) the embedded offline pair and print its quality
-	$(OFFLINE_ENV) $(PY) -m cactus_bench.adapters.embedded
+	@$(OFFLINE_ENV) $(PY) -m cactus_bench.adapters.embedded
 
 demo: embedded  ## Offline demo: verifier alone, SpS, TAS, Cactus on the embedded pair; table + figures
-	$(OFFLINE_ENV) $(PY) -m cactus_bench.tools.sweep sweeps/demo.yaml $(SWEEP_ARGS)
-	$(OFFLINE_ENV) $(PY) -m cactus_bench.tools.report figures
+	@$(OFFLINE_ENV) $(PY) -m cactus_bench.tools.sweep sweeps/demo.yaml $(SWEEP_ARGS)
+	@$(OFFLINE_ENV) $(PY) -m cactus_bench.tools.report figures
 
 reproduce-table1:  ## Table 1 sweep (GSM8K/IFEval/GPQA x Verifier/SpS/TAS/Cactus, m=20); PAIR= LIMIT= DATA= SHARDS= LAUNCHER=
 	$(SWEEP_ENV) $(PY) -m cactus_bench.tools.sweep sweeps/table1.yaml $(SWEEP_ARGS)

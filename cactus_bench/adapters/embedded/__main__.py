@@ -6,6 +6,7 @@ files; on another, its recorded build (`class_builds.json`), or that none is rec
 import json
 import shutil
 import sys
+import textwrap
 import time
 
 from cactus_bench.adapters.embedded import shipped
@@ -41,7 +42,8 @@ def main(argv=None):
     folder = ensure_pair(args.cache_dir, rebuild=args.rebuild)
     quality = json.loads((folder / "quality.json").read_text())
     built_now = (folder / "quality.json").stat().st_mtime >= start and args.rebuild
-    print(f"{folder}\n{format_quality(quality, built_now)}")
+    print(folder)
+    print(textwrap.fill(format_quality(quality, built_now), 120, subsequent_indent="  ", break_on_hyphens=False))
     for rel, digest in shipped.weight_hashes(folder).items():
         print(f"  {rel}  sha256 {digest}")
     if args.ship:
