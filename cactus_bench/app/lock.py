@@ -4,8 +4,9 @@ The lock is a file created with O_EXCL holding its holder: host, pid, the proces
 start time: a pid reused by another process is not the holder), its SLURM job, and a token of its own.
 While held, a thread touches it every HEARTBEAT_S seconds. A lock is taken over (one line says so) when
 its holder is gone: on this host, a process that has ended or whose pid now belongs to another process;
-anywhere, a holder of this very SLURM job (requeued, on this node or another); from another host, whose
-process cannot be checked from here, a heartbeat older than `CACTUS_BENCH_LOCK_STALE_S` (default 300 s);
+anywhere, a holder of this very SLURM job before its latest requeue (SLURM_RESTART_COUNT), on any node;
+from another host, whose process cannot be checked from here, a heartbeat older than
+`CACTUS_BENCH_LOCK_STALE_S` (default 300 s);
 a lock file with no readable holder (a full disk cut its write) once it is a few seconds old. A fresh lock
 of another host is waited for, a bounded time (`CACTUS_BENCH_LOCK_WAIT_S`, default the stale time and a
 heartbeat: long enough for a holder that died to go stale), with a line saying so; a live holder on this
@@ -88,6 +89,12 @@ def slurm_job() -> str | None:
     return env.get("SLURM_JOB_ID")
 
 
+def slurm_restarts() -> int:
+    """How often SLURM has requeued this job (0 before any requeue): a holder of the same job with fewer is
+    this job's earlier life; one with as many is a live task of it."""
+    return int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
+
+
 def _parse(text: str | None) -> dict:
     try:
         holder = json.loads(text) if text else {}
@@ -115,6 +122,7 @@ class RunLock:
             "pid": os.getpid(),
             "started": process_start(os.getpid()),
             "slurm_job": slurm_job(),
+            "slurm_restarts": slurm_restarts(),
             "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "token": token,
         }
@@ -195,7 +203,7 @@ class RunLock:
         if not holder:
             return "its lock file names no holder (cut short)" if silent > UNWRITTEN_S else None
         job = slurm_job()
-        if job is not None and holder.get("slurm_job") == job:
+        if job is not None and holder.get("slurm_job") == job and slurm_restarts() > holder.get("slurm_restarts", -1):
             return f"it is this SLURM job ({job}) before it was requeued"
         if holder.get("host") == socket.gethostname():
             if not isinstance(pid, int) or not _alive(pid):

@@ -190,10 +190,14 @@ def test_a_heartbeat_stops_touching_a_lock_it_no_longer_holds(tmp_path, monkeypa
 
 def test_a_requeued_slurm_job_takes_over_its_own_lock_from_any_node(tmp_path, monkeypatch):
     lock = tmp_path / ".lock"
-    lock.write_text(json.dumps({"host": "node-3", "pid": 99, "slurm_job": "4711", "since": "then"}))
+    lock.write_text(json.dumps({"host": "node-3", "pid": 99, "slurm_job": "4711", "slurm_restarts": 0, "since": "x"}))
     monkeypatch.setenv("SLURM_JOB_ID", "4711")
+    monkeypatch.setenv("CACTUS_BENCH_LOCK_WAIT_S", "0")
+    with pytest.raises(LockHeld, match="SLURM job 4711"):  # a live task of the same job (not requeued since)
+        RunLock(lock).acquire()
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
     taken = RunLock(lock).acquire()  # fresh heartbeat, another node: but it is this job, before its requeue
-    assert json.loads(lock.read_text())["slurm_job"] == "4711" and taken.owns()
+    assert json.loads(lock.read_text())["slurm_restarts"] == 1 and taken.owns()
     taken.release()
 
 
