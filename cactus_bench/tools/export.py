@@ -39,8 +39,7 @@ COMMAND = Command(
 def export_specbench(folders: list[Path], out: Path) -> list[Path]:
     """Each run's Spec-Bench answer file (and its meta file) in `out`, over the questions all of them answered;
     returns the answer files, the verifier-alone runs' first."""
-    from cactus_bench.adapters.benchmarks.specbench import answer_lines, export_meta
-    from cactus_bench.adapters.embedded import resolve_model
+    from cactus_bench.adapters.benchmarks.specbench import answer_lines, export_meta, verifier_tokenizer
     from cactus_bench.core.decode.api import special_token_texts
 
     runs = [load(f) for f in folders]
@@ -50,10 +49,8 @@ def export_specbench(folders: list[Path], out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for run in sorted(runs, key=lambda r: not r.is_baseline):
-        from transformers import AutoTokenizer
-
         pair = run.config["pair"]
-        tokenizer = AutoTokenizer.from_pretrained(resolve_model(pair["verifier"], log=lambda s: None))
+        tokenizer = verifier_tokenizer(pair["verifier"], pair.get("revision"))
         samples = [s for s in run.samples if s["id"] in shared]
         model_id = run.identity.model_id
         meta = export_meta(samples, model_id) | {
@@ -76,10 +73,13 @@ def main(argv: list[str] | None = None) -> None:
         fail(e)
     print("\n".join(f"written: {p}" for p in written))
     base, *others = written
-    verifier = load(folders[0]).config["pair"]["verifier"]
+    from cactus_bench.adapters.benchmarks.specbench import verifier_tokenizer
+
+    pair = load(folders[0]).config["pair"]
+    verifier = verifier_tokenizer(pair["verifier"], pair.get("revision")).name_or_path  # a local path: speed.py's
     for other in others:
         print(
-            f"speed.py: python evaluation/speed.py --file-path {other} --base-path {base} --tokenizer-path <{verifier}>"
+            f"speed.py: python evaluation/speed.py --file-path {other} --base-path {base} --tokenizer-path {verifier}"
         )
         print(
             f"equal.py: python evaluation/equal.py --file-path {other.parent}/ --jsonfile1 {base.name} "

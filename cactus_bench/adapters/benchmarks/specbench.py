@@ -187,15 +187,18 @@ def specbench_count(tokenizer) -> TokenCount:
 
 
 @lru_cache(maxsize=8)
-def verifier_count(verifier: str, revision: str | None = None) -> TokenCount:
-    """`specbench_count` with the tokenizer of a run's verifier (an embedded pair's resolved; loaded once)."""
+def verifier_tokenizer(verifier: str, revision: str | None = None):
+    """The tokenizer of a run's verifier (an embedded pair's resolved), loaded once: speed.py's."""
     from transformers import AutoTokenizer
 
     from cactus_bench.adapters.embedded import resolve_model
 
-    return specbench_count(
-        AutoTokenizer.from_pretrained(resolve_model(verifier, log=lambda s: None), revision=revision)
-    )
+    return AutoTokenizer.from_pretrained(resolve_model(verifier, log=lambda s: None), revision=revision)
+
+
+def verifier_count(verifier: str, revision: str | None = None) -> TokenCount:
+    """`specbench_count` with the tokenizer of a run's verifier."""
+    return specbench_count(verifier_tokenizer(verifier, revision))
 
 
 def answer_lines(samples: list[dict], model_id: str, special_tokens: Collection[str] = ()) -> str:

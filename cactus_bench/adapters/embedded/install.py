@@ -61,9 +61,14 @@ def cache_problem(folder: Path, verified: Sequence[dict[str, str]] = ()) -> str 
             return f"incomplete ({rel} is missing)"
         if file_sha256(path) != digest:
             return f"corrupt ({rel} does not match its checksum)"
-    if verified and not any(all(files.get(rel) == digest for rel, digest in record.items()) for record in verified):
+    if verified and not is_recorded(files, verified):
         return "not a recorded build (its files' sha256 match none of the package's records)"
     return None
+
+
+def is_recorded(files: dict[str, str], verified: Sequence[dict[str, str]]) -> bool:
+    """Whether these files ({path: sha256}) hold every file of one of the `verified` records."""
+    return any(all(files.get(rel) == digest for rel, digest in record.items()) for record in verified)
 
 
 @contextmanager
@@ -134,7 +139,7 @@ def cached_build(
             for p in sorted(tmp.rglob("*"))
             if p.is_file() and p.name != MANIFEST
         }
-        if verified and not any(all(files.get(rel) == d for rel, d in record.items()) for record in verified):
+        if verified and not is_recorded(files, verified):
             shutil.rmtree(tmp, ignore_errors=True)
             closest = min(verified, key=lambda record: sum(files.get(k) != d for k, d in record.items()))
             differ = sorted(rel for rel, d in closest.items() if files.get(rel) != d)
