@@ -394,6 +394,7 @@ def test_the_type_checker_holds_a_backend_to_the_decoder_protocol():
     )
     whole = body.format(
         extra="device = 'cpu'\n    def apply_chat_template(self, chat, add_generation_prompt=True) -> str: return ''"
+        "\n    @property\n    def special_tokens(self) -> tuple[str, ...]: return ()"
     )
     broken = body.format(extra="pass")
 

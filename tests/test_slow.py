@@ -5,6 +5,7 @@ user types."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -258,8 +259,12 @@ def deterministic_columns(markdown: str) -> list[str]:
 
     labels = [m.label for m in metrics.METRICS.values() if m.timed]
     rows = [line for line in markdown.splitlines() if line.startswith("|")]
+    # a terminal's header cuts a label before its parenthesis and keys it ("speedup [2]"), a note names it whole
+    keyed = dict(re.findall(r"^- (\[\d+\]) (.+)$", markdown, flags=re.M))
     header = [c.strip() for c in rows[0].strip("|").split("|")]
-    timed = [i for i, name in enumerate(header) if any(name.endswith(label) for label in labels)]
+    whole = [keyed.get(name.rsplit(" ", 1)[-1], name) for name in header]
+    timed = [i for i, name in enumerate(whole) if any(name.endswith(label) for label in labels)]
+    assert timed, header  # the timed columns were found: else the comparison below would hold them too
     keep = lambda row: [c.strip() for i, c in enumerate(row.strip("|").split("|")) if i not in timed]  # noqa: E731
     return [" | ".join(keep(row)) for row in rows]
 

@@ -174,12 +174,10 @@ def spec_cells(spec: dict) -> list[tuple[dict, dict, str]]:
 
 
 def sources(data: str | None) -> str:
-    """Where this sweep's data and weights come from, in one line."""
+    """Where this sweep's data and weights come from: a line each (a long data path leaves the other short)."""
     offline = os.environ.get("HF_HUB_OFFLINE") == "1"
-    weights = (
-        "local files and the hub cache only (HF_HUB_OFFLINE=1)" if offline else "the Hugging Face hub (and its cache)"
-    )
-    return f"data: {data or 'the Hugging Face hub'}; weights: {weights} (embedded pairs: built locally)"
+    weights = "local files and the hub cache only (HF_HUB_OFFLINE=1)" if offline else "the Hugging Face hub, cached"
+    return f"data: {data or 'the Hugging Face hub'}\nweights: {weights}; embedded pairs are built locally"
 
 
 def cells(spec: dict, extra: list[str]) -> list[tuple[str, RunSpec]]:

@@ -204,3 +204,17 @@ def test_plan_prices_a_backend_from_its_cost_model_and_names_a_missing_one(monke
     monkeypatch.delitem(COSTS._items, "vllm")
     out = run_main(main, "sweeps/table1.yaml", "engine=vllm", "gpu=h200")
     assert out.returncode == 2 and "unknown backend cost model 'vllm'" in out.stderr, out
+
+
+@pytest.mark.parametrize("offline", ["1", "0"])
+def test_the_sources_line_fits_a_terminal_beside_a_long_data_path(monkeypatch, offline):
+    """Where data and weights come from is one line each: a CI checkout's data path (42 characters) once pushed
+    the combined line past 120 columns."""
+    from cactus_bench.tools.report.tables import TERMINAL_WIDTH
+    from cactus_bench.tools.sweep import sources
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", offline)
+    data = "/check/work/a-longer-checkout-path/shared/data"
+    lines = sources(data).splitlines()
+    assert lines[0] == f"data: {data}" and lines[1].startswith("weights: ")
+    assert all(len(line) <= TERMINAL_WIDTH for line in lines), lines
