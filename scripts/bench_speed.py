@@ -29,7 +29,12 @@ from cactus_bench.core.decode import ForwardTimer, autoregressive_generate, spec
 from cactus_bench.tools.perf import launch
 from cactus_bench.tools.perf.results import write_results
 from cactus_bench.tools.perf.shapes import PAIRS
-from cactus_bench.tools.perf.transformers_reference import ASSISTANT_WARPS, assistant_setup, sampling
+from cactus_bench.tools.perf.transformers_reference import (
+    ASSISTANT_WARPS,
+    assistant_setup,
+    model_defaults_off,
+    sampling,
+)
 
 
 class ForwardMeter:
@@ -75,7 +80,8 @@ def hf_generate(verifier, drafter, ids, args, seed):
     torch.manual_seed(seed)
     meter = ForwardMeter(verifier, *([drafter] if drafter is not None else []))
     t = time.perf_counter()
-    with drafting, torch.inference_mode():
+    models = [verifier] if drafter is None else [verifier, drafter]
+    with model_defaults_off(*models), drafting, torch.inference_mode():
         out = verifier.generate(torch.tensor([ids]), **kw)
     wall = time.perf_counter() - t
     meter.remove()

@@ -2,6 +2,8 @@
 model warps its logits once, the drafter drafts exactly m a round, and so it accepts drafts as our loop
 does; as transformers ships it (the drafter warped twice) it does not, which is what the reference fixes."""
 
+import contextlib
+import copy
 import statistics
 from collections import Counter
 
@@ -12,7 +14,7 @@ import transformers.generation.utils as generation_utils
 
 from cactus_bench.core.decode import speculative_generate
 from cactus_bench.tools.perf.shapes import PAIRS
-from cactus_bench.tools.perf.transformers_reference import assistant_setup, sampling
+from cactus_bench.tools.perf.transformers_reference import assistant_setup, model_defaults_off, sampling
 
 M, T, TOP_K, TOP_P = 5, 0.6, 20, 0.95
 
@@ -40,7 +42,7 @@ def rounds(monkeypatch):
 def assisted(pair, prompt, seed, new_tokens, assistant_warps="same_law"):
     drafter, verifier = pair
     torch.manual_seed(seed)
-    with assistant_setup(drafter, M), torch.inference_mode():
+    with model_defaults_off(drafter, verifier), assistant_setup(drafter, M), torch.inference_mode():
         kw = sampling(T, TOP_K, TOP_P, new_tokens, assistant_warps=assistant_warps)
         return verifier.generate(torch.tensor([prompt]), assistant_model=drafter, **kw)[0, len(prompt) :].tolist()
 
@@ -107,3 +109,31 @@ def test_assisted_generation_accepts_drafts_as_our_loop_does(pair, rounds):
 
     assert abs(z(ours, same)) < 4, (mean_accepted(ours), mean_accepted(same))
     assert z(ours, shipped) > 8, (mean_accepted(ours), mean_accepted(shipped))
+
+
+@pytest.mark.parametrize("temperature", [0.0, T])
+def test_a_checkpoints_sampling_defaults_never_reach_the_reference(pair, temperature):
+    """A verifier whose generation config sets a repetition penalty, min-p and an n-gram ban (as a checkpoint's
+    generation_config.json may) decodes, with and without an assistant, the tokens of the same verifier
+    without them; the control, `generate` as it ships, takes them in and decodes others."""
+    drafter, verifier = pair
+    prompt = torch.tensor([prompts(1)[0]])
+    kw = sampling(temperature, TOP_K, TOP_P, 24)
+
+    def decode(assistant, defaults_off=True):
+        torch.manual_seed(7)
+        extra = {"assistant_model": drafter} if assistant else {}
+        hide = model_defaults_off(verifier, drafter) if defaults_off else contextlib.nullcontext()
+        with hide, assistant_setup(drafter, M), torch.inference_mode():
+            return verifier.generate(prompt, **kw, **extra)[0].tolist()
+
+    plain = {assistant: decode(assistant) for assistant in (False, True)}
+    own = verifier.generation_config
+    verifier.generation_config = copy.deepcopy(own)
+    verifier.generation_config.update(repetition_penalty=3.0, min_p=0.5, no_repeat_ngram_size=1)
+    try:
+        assert {assistant: decode(assistant) for assistant in (False, True)} == plain
+        assert decode(False, defaults_off=False) != plain[False]  # the control: the defaults do change tokens
+        assert verifier.generation_config.repetition_penalty == 3.0  # its config is restored
+    finally:
+        verifier.generation_config = own

@@ -9,6 +9,10 @@ assumes, fewer accepted drafts, and a slower reference that flatters whoever is 
 releases did the opposite (the drafter at temperature 1; huggingface/transformers#40976). Here the warpers are
 passed once, as processors, with a config that builds none, so each model warps its logits exactly once.
 
+`generate` also fills every field the passed config leaves unset from the model's own generation_config.json
+(transformers 5): a checkpoint's repetition penalty or min-p would reach the reference. `model_defaults_off`
+hides a model's sampling defaults while inside; only its token ids stay.
+
 The draft schedule is read from the drafter's own generation config (never from the config passed to
 `generate`): without `assistant_setup` a drafter drafts up to 20 tokens and stops early below confidence
 0.4, transformers' defaults, not m.
@@ -56,6 +60,23 @@ def sampling(
     # top_k=0, not None: None falls back to transformers' default of 50 and builds a second top-k
     config = GenerationConfig(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, **fixed_length)
     return {"generation_config": config, "logits_processor": LogitsProcessorList(warpers)}
+
+
+TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
+
+
+@contextmanager
+def model_defaults_off(*models) -> Iterator[None]:
+    """Each model's generation config holds only its token ids while inside (no sampling defaults for
+    `generate` to fill in); its own config is restored after."""
+    before = [model.generation_config for model in models]
+    for model, config in zip(models, before):
+        model.generation_config = GenerationConfig(**{k: getattr(config, k, None) for k in TOKEN_IDS})
+    try:
+        yield
+    finally:
+        for model, config in zip(models, before):
+            model.generation_config = config
 
 
 @contextmanager
