@@ -21,7 +21,7 @@ import torch
 
 from cactus_bench.core.cli import Command, Key
 from cactus_bench.tools.perf.results import spread, write_results
-from cactus_bench.tools.perf.transformers_reference import assistant_setup, sampling
+from cactus_bench.tools.perf.transformers_reference import assistant_setup, model_defaults_off, sampling
 
 PROMPTS = [
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many",
@@ -55,6 +55,7 @@ def main():
     from cactus_bench.adapters.embedded.smollm2 import ensure_smollm2
     from cactus_bench.backends.hf.loader import load_pair
     from cactus_bench.backends.vllm import plugin
+    from cactus_bench.backends.vllm.decoder import NEUTRAL_SAMPLING, NO_MODEL_DEFAULTS
     from cactus_bench.core.decode.engine import Engine, EngineOptions, Job
     from cactus_bench.core.decode.warp import Warper
     from cactus_bench.core.rules import build_rule
@@ -75,6 +76,7 @@ def main():
         max_num_seqs=args.batch,
         async_scheduling=False,
         kv_cache_memory_bytes=2**29,
+        generation_config=NO_MODEL_DEFAULTS,  # the requests' sampling only, as the backend decodes
     )
     start = time.perf_counter()
     vllm_sps = LLM(
@@ -102,6 +104,7 @@ def main():
                         max_tokens=n,
                         min_tokens=n,
                         ignore_eos=True,
+                        **NEUTRAL_SAMPLING,
                         seed=seed + i,
                         extra_args=extra,
                     )
@@ -145,7 +148,7 @@ def main():
             for i, x in enumerate(batch):  # transformers' assisted generation takes one sequence at a time
                 torch.manual_seed(seed + i)
                 drafting = assistant_setup(pair.drafter, m) if spec else contextlib.nullcontext()
-                with drafting, torch.inference_mode():
+                with model_defaults_off(pair.verifier, pair.drafter), drafting, torch.inference_mode():
                     pair.verifier.generate(torch.tensor([x]), **sampled, **assistant)
 
         return go
@@ -155,7 +158,7 @@ def main():
         input_ids = torch.tensor([[0] * (width - len(x)) + x for x in batch])
         mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in batch])
         torch.manual_seed(seed)
-        with torch.inference_mode():
+        with model_defaults_off(pair.verifier), torch.inference_mode():
             pair.verifier.generate(input_ids, attention_mask=mask, **sampled)
 
     cases = {}

@@ -115,3 +115,32 @@ def test_the_engines_kv_cache_is_what_the_run_needs(runs):
             [AutoConfig.from_pretrained(m) for m in models], 4, rows, vllm_config.model_config.max_model_len
         )
         assert vllm_config.cache_config.kv_cache_memory_bytes == want.bytes < 2**31
+
+
+def test_a_checkpoints_sampling_defaults_never_reach_a_request(runs, folder, tmp_path):
+    """vLLM reads a checkpoint's generation_config.json sampling defaults into requests unless told not to
+    (Qwen3's: T 0.6, top-k 20, top-p 0.95). The same weights under a generation config that sets other defaults,
+    a repetition penalty and min-p included, decode the same sampled tokens through the app (engine=vllm) as
+    without them, and their engine's default request is vLLM's neutral one."""
+    from vllm import SamplingParams
+
+    from cactus_bench.backends.vllm import decoder as vdecoder
+
+    twin = tmp_path / "verifier"
+    twin.mkdir()
+    own = folder / "verifier" / "generation_config.json"
+    for f in (folder / "verifier").iterdir():
+        if f != own:
+            (twin / f.name).symlink_to(f)
+    defaults = {**(json.loads(own.read_text()) if own.is_file() else {}), "do_sample": True, "temperature": 0.6}
+    defaults.update(top_k=20, top_p=0.95, repetition_penalty=1.5, min_p=0.2, frequency_penalty=0.5)
+    (twin / "generation_config.json").write_text(json.dumps(defaults))
+
+    sampled = ("data=ifeval", "limit=3", "max_gen_toks=24", "method=ar", "sampling=plain")
+    _, plain = runs(*sampled)
+    _, configured = runs(*sampled, f"pair.verifier={twin}")
+    assert [s["tokens"] for s in configured] == [s["tokens"] for s in plain]
+    engine = next(e for key, e, _ in vdecoder._ENGINES.values() if Path(key[0]).resolve() == twin.resolve())
+    neutral, default = SamplingParams(), engine.get_default_sampling_params()
+    for key in ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "frequency_penalty"):
+        assert getattr(default, key) == getattr(neutral, key), key

@@ -45,6 +45,10 @@ log = logging.getLogger("cactus_bench")
 # sequences); past KEPT_ENGINES the least recently used is let go.
 _ENGINES: dict[tuple, tuple[tuple, object, int]] = {}
 KEPT_ENGINES = 4
+NO_MODEL_DEFAULTS = "vllm"  # vLLM's `generation_config`: its neutral defaults, never the checkpoint's
+# every sampling setting a run has no key for, stated at its neutral value in each request (this project's
+# rules define p and q by temperature, top-k and top-p alone; the transformers engine applies nothing else)
+NEUTRAL_SAMPLING = {"min_p": 0.0, "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
 
 
 def _environment(tensor_parallel: int) -> None:
@@ -91,6 +95,9 @@ def engine(models: ModelSpec, spec: DecodeSpec, drafter: str | None):
         "tensor_parallel_size": models.tensor_parallel_size,
         "async_scheduling": False,  # rounds are read at each step: the engine must not run a step ahead
         "disable_log_stats": True,
+        # the run's sampling and nothing else: "auto" (vLLM's default) reads the model's generation_config.json
+        # sampling defaults (Qwen3's: T 0.6, top-k 20, top-p 0.95) into every request that leaves them unset
+        "generation_config": NO_MODEL_DEFAULTS,
     }
     if kv is not None:
         options["kv_cache_memory_bytes"] = int(kv * 2**30)
@@ -186,6 +193,7 @@ class VLLMDecoder:
             temperature=s.temperature,
             top_k=s.top_k,
             top_p=s.top_p,
+            **NEUTRAL_SAMPLING,
             max_tokens=req.max_new_tokens or s.max_new_tokens,
             seed=stable_seed(s.seed, req.key) % 2**63,
             stop=[x for x in req.stop if x] or None,
@@ -197,7 +205,7 @@ class VLLMDecoder:
     def generate(self, requests: Sequence[Request]) -> Iterator[Generation]:
         """Each request through vLLM's scheduler, at most `batch_size` in flight (auto: all at once): a
         finished request's slot takes the next, as the transformers engine's rows do, and each is yielded as it
-        finishes. Its wall time runs from its admission, and its first token's time is read from vLLM's
+        finishes. Its wall time runs from its admission, and its chunks' times are read from vLLM's
         streamed step outputs (a batched request's times overlap others', as a batched row's do)."""
         engine = self.llm.llm_engine
         width = len(requests) if self.spec.batch_size == "auto" else int(self.spec.batch_size)
@@ -217,14 +225,14 @@ class VLLMDecoder:
                 params, prompt = self._params(req, tag), {"prompt_token_ids": self._ids(req)}  # a TokensPrompt
                 admitted = time.perf_counter()
                 engine.add_request(tag, prompt, params)
-                live[tag] = _Live(req, params, admitted)
+                live[tag] = _Live(req, params, admitted, len(prompt["prompt_token_ids"]))
             finished = []
             for out in engine.step():
                 now = time.perf_counter()
                 state = live[out.request_id]
                 completion = out.outputs[0]
-                if completion.token_ids and state.first_token is None:
-                    state.first_token = now - state.admitted
+                if completion.token_ids:
+                    state.chunk_times.append(now - state.admitted)
                 state.tokens += completion.token_ids
                 if out.finished:
                     state.finish, state.completion = now, completion
@@ -251,7 +259,8 @@ class VLLMDecoder:
             wall,
             reason,
             has_kl=self.spec.method.uses_drafter and any(r[3] is not None for r in recorded),
-            first_token_time=state.first_token,
+            chunk_times=state.chunk_times,
+            prompt_tokens=state.prompt_tokens,
         )
         raw = reply_text(self.tokenizer, output)
         return Generation(state.request, output, cut_at_stop(raw, state.request.stop), raw)
@@ -269,7 +278,8 @@ class _Live:
     request: Request
     params: Any  # vLLM's SamplingParams
     admitted: float
-    first_token: float | None = None  # seconds from admission to the first token
+    prompt_tokens: int
+    chunk_times: list[float] = field(default_factory=list)  # seconds from admission at each streamed step
     tokens: list[int] = field(default_factory=list)
     finish: float = 0.0
     completion: Any = None  # its last step's CompletionOutput (finish and stop reasons)
