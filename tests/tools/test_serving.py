@@ -47,7 +47,8 @@ def _output(tokens: int, prefill: float, round_time: float, wall: float, drafted
             drafted=1 if drafted else 0, accepted=0, accepted_any=0, emitted=1, t_draft=0.0, t_verify=round_time,
             t_rule=0.0, t_other=0.0, kl_sum=0.0, kl_count=0, out_kl_sum=0.0, out_kl_count=0, out_kl_skipped=0,
         )  # fmt: skip
-    return GenerationOutput(list(range(tokens)), r, prefill, wall, "length")
+    chunks = [prefill + round_time * (i + 1) for i in range(tokens)]  # a round's end streams its token
+    return GenerationOutput(list(range(tokens)), r, prefill, wall, "length", chunk_times=chunks, prompt_tokens=7)
 
 
 class FakeDecoder:
@@ -82,12 +83,19 @@ def test_latencies_count_queueing_prefill_and_the_first_round():
     assert done.tpot == pytest.approx([(8.0 - 3.75) / 4])  # a one-token reply has no TPOT
 
 
-def test_the_first_token_time_is_the_backends_own_else_its_prefill_and_first_round():
-    assert serving.first_token_offset(_output(3, 0.0, 0.0, 1.0)) is None  # neither measured nor split by round
-    assert serving.first_token_offset(_output(3, 0.5, 0.25, 1.0)) == 0.75
-    streamed = _output(3, 0.0, 0.0, 1.0)
-    streamed.first_token_time = 0.4  # vLLM: the step that streamed it
-    assert serving.first_token_offset(streamed) == 0.4
+def test_itl_is_the_gaps_between_a_requests_streamed_chunks():
+    """vLLM's ITL: one gap per chunk after the first (a round's tokens stream together); a request that
+    streamed nothing has no TTFT."""
+    clock = Clock()
+    three = _output(3, 0.5, 0.25, 2.0)
+    three.chunk_times = [0.75, 1.0, 1.75]  # the last round took longer
+    silent = _output(1, 0.0, 0.0, 1.0)
+    silent.chunk_times = []
+    done = serving.decode_workload(
+        FakeDecoder(clock, [(2.0, three), (3.0, silent)]), [Request("a", 0), Request("b", 1)], clock=clock
+    )
+    assert done.itl == [pytest.approx([0.25, 0.75]), []] and done.ttft == [0.75]
+    assert done.prompt_tokens == [7, 7] and done.texts == ["", ""]
 
 
 def _decoded(seconds: float, tokens: dict) -> Decoded:

@@ -126,6 +126,10 @@ class Engine:
                 if all(r is None for r in slots):
                     return
                 finished = self._round(slots) if self.rule is not None else self._ar_step(slots)
+                ended = time.perf_counter()  # every live row committed tokens this round: a streamed chunk
+                for row in slots:
+                    if row is not None:
+                        row.chunk_times.append(ended - row.start)
                 if self.on_round is not None:
                     self.on_round(self, slots)
                 for b, reason in finished:
@@ -140,6 +144,8 @@ class Engine:
                         reason,
                         row.has_kl,
                         graphs_compiled=graphs.COMPILES.graphs - row.graphs_before,
+                        chunk_times=row.chunk_times,
+                        prompt_tokens=len(row.job.prompt),
                     )
                     yield row.job, out
 

@@ -39,6 +39,7 @@ class Row:
     used: int = 0
     has_kl: bool = False
     lag: int = 2  # committed tokens the drafter lacks (if it drafts again): 2 after the prompt or a full round, else 1
+    chunk_times: list[float] = field(default_factory=list)  # seconds from `start` at each round's end
 
     @property
     def left(self) -> int:

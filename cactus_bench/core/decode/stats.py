@@ -175,9 +175,14 @@ class GenerationOutput:
     stop_reason: str  # "eos" | "length" | "stop"
     has_kl: bool = False
     graphs_compiled: int = 0  # graphs compiled while this generation decoded (its times include compiling)
-    # seconds from admission to the first token, where a backend measures it directly (vLLM's streamed steps);
-    # None: the prefill and the first round's times give it (`Rounds`)
-    first_token_time: float | None = None
+    # seconds from admission at which each chunk of tokens was streamed: a round's end (vLLM: each engine step
+    # that sampled the request), what a server would send; the serving sweep's TTFT and ITL
+    chunk_times: list[float] = field(default_factory=list)
+    prompt_tokens: int = 0  # the prompt's length in tokens (a serving benchmark's input length)
+
+    @property
+    def first_token_time(self) -> float | None:
+        return self.chunk_times[0] if self.chunk_times else None
 
     @property
     def verifier_calls(self) -> int:

@@ -7,8 +7,10 @@ The workload of a cell is every request submitted at once (an offline burst, as 
 infinite request rate): the engine decodes B at a time and a finished row's slot takes the next request.
 A request's latencies are measured from that moment:
 
-    e2e   its finish;  TTFT  its admission (queueing included) + its prefill + its first round;
-    TPOT  (e2e − TTFT) / (tokens − 1), the time per token once its reply has started.
+    e2e   its finish;  TTFT  its first streamed chunk (queueing, prefill and its first round included);
+    TPOT  (e2e − TTFT) / (tokens − 1), the time per token once its reply has started;
+    ITL   the gaps between its streamed chunks (a round's tokens arrive together), as vLLM's benchmark
+          measures them (`vllm_format.py` writes each cell as `vllm bench serve` does).
 
 Repeats are interleaved within a batch size: each repeat decodes every cell of that B once, in a shuffled
 order, so a load change hits all alike; a cell's speedup is Σ verifier-alone time / Σ method time over the
@@ -67,17 +69,10 @@ class Decoded:
     samples: list[dict] = field(default_factory=list)  # {"stats": ...}: what metrics pool
     load: float = 0.0  # runnable processes per core when it finished (1-minute load average / cores)
     compiled: int = 0  # graphs the fast engine compiled during it (their seconds are in its time)
-
-
-def first_token_offset(out) -> float | None:
-    """Seconds from a generation's admission to its first token: as the backend measured it (vLLM's streamed
-    steps), else its prefill and its first round (None where neither is known)."""
-    if out.first_token_time is not None:
-        return out.first_token_time
-    r = out.rounds
-    if not r.drafted or (out.prefill_time == 0 and r.t_verify[0] == 0):
-        return None
-    return out.prefill_time + r.t_draft[0] + r.t_verify[0] + r.t_rule[0] + r.t_other[0]
+    # per request, in the order they finished (as e2e): its inter-chunk gaps, prompt length and reply text
+    itl: list[list[float]] = field(default_factory=list)
+    prompt_tokens: list[int] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
 
 
 def decode_workload(decoder: Decoder, requests: Sequence[Request], clock=time.perf_counter) -> Decoded:
@@ -91,9 +86,12 @@ def decode_workload(decoder: Decoder, requests: Sequence[Request], clock=time.pe
         done.samples.append({"stats": gen.stats()})
         done.compiled += out.graphs_compiled
         done.e2e.append(finish)
-        offset = first_token_offset(out)
-        if offset is not None:
-            ttft = finish - out.wall_time + offset  # admitted at finish − wall_time
+        done.prompt_tokens.append(out.prompt_tokens)
+        done.texts.append(gen.text)
+        chunks = out.chunk_times  # seconds from its admission, at finish − wall_time
+        done.itl.append([b - a for a, b in zip(chunks, chunks[1:])])
+        if chunks:
+            ttft = finish - out.wall_time + chunks[0]
             done.ttft.append(ttft)
             if len(out.tokens) > 1:
                 done.tpot.append((finish - ttft) / (len(out.tokens) - 1))
