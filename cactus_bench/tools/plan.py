@@ -35,6 +35,7 @@ from cactus_bench.core.methods import BASELINE, is_baseline
 from cactus_bench.tools.costs import COSTS
 from cactus_bench.tools.report import compose_cell, load_spec
 from cactus_bench.tools.report.specs import SPEC_KEYS, SpecError, spec_overrides
+from cactus_bench.tools.report.tables import table_title
 
 BANDWIDTH = {"h100": 3.35e12, "h200": 4.8e12, "a100": 2.0e12}  # bytes/s, HBM
 FLOPS = {"h100": 989e12, "h200": 989e12, "a100": 312e12}  # dense bf16
@@ -78,6 +79,24 @@ MODELS = {  # config.json of the hub models
     "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B": Shape(7.6, 28, 4, 128),
 }
 TYPICAL_AL = {"sps": 5.0, "cactus": 7.0, "cactus_exact": 7.0, "tas": 6.5, "topk": 6.0}  # m = 20, Table 1
+TYPICAL_AT_M = 20
+
+
+def typical_al(method: str, m: int) -> float:
+    """A typical AL at draft length m: each draft accepted with one probability α (Leviathan et al.'s i.i.d.
+    model), fitted to the method's Table 1 AL at m = 20, so AL(m) = α (1 − α^m) / (1 − α): a shorter draft
+    loses its last, least likely acceptances first, not a share of every one."""
+
+    def al(alpha: float, drafts: int) -> float:
+        return alpha * (1 - alpha**drafts) / (1 - alpha)
+
+    target, lo, hi = TYPICAL_AL.get(method, 5.0), 0.0, 1.0 - 1e-12
+    for _ in range(100):  # al is increasing in α: bisect for the α that gives the m = 20 figure
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if al(mid, TYPICAL_AT_M) < target else (lo, mid)
+    return al((lo + hi) / 2, m)
+
+
 MAX_ROWS = 64
 
 
@@ -160,9 +179,7 @@ def cell_cost(
         tokens, tok_src = run.summary["new_tokens"] / run.summary["samples"], "stored"
     else:
         tokens, tok_src = typical_tokens, "estimate"
-    al = (run.summary.get("accepted_length") if run is not None else None) or TYPICAL_AL.get(
-        cfg.method.name, 5.0
-    ) * cfg.m / 20
+    al = (run.summary.get("accepted_length") if run is not None else None) or typical_al(cfg.method.name, cfg.m)
     baseline = is_baseline(cfg.method.name)
     verifier, drafter = MODELS.get(cfg.pair.verifier), MODELS.get(cfg.pair.drafter)
     rows = cfg.get("batch_size", 1)
@@ -321,7 +338,7 @@ def main(argv: list[str] | None = None) -> str:
     except (PlanError, SpecError, StoreError) as e:
         fail(e)
     text = (
-        f"## Plan: {spec.get('title', spec['name'])}\n\n{shards} shard(s), {slots} per {gpu.upper()} "
+        f"## Plan: {table_title(spec, overrides)}\n\n{shards} shard(s), {slots} per {gpu.upper()} "
         f"({max(1, math.ceil(shards / slots))} GPU(s)); batch size {spec.get('batch_size', 1)}"
         f"{', timing sample ' + str(spec['timing_sample']) if spec.get('timing_sample') else ''}. "
         f"`estimate` figures come from the cost model (weights and KV cache streamed at {EFFICIENCY:.0%} of "

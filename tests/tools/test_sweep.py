@@ -218,3 +218,30 @@ def test_the_sources_line_fits_a_terminal_beside_a_long_data_path(monkeypatch, o
     lines = sources(data).splitlines()
     assert lines[0] == f"data: {data}" and lines[1].startswith("weights: ")
     assert all(len(line) <= TERMINAL_WIDTH for line in lines), lines
+
+
+def test_the_typical_acceptance_follows_the_draft_length():
+    """With no stored run the plan prices a method by a typical AL: Table 1's at m = 20, and at another m the
+    i.i.d. acceptance law fitted to it (a shorter draft keeps its likelier first acceptances: at m = 10 SpS
+    accepts 4.28, not the 2.5 a share of m would give)."""
+    from cactus_bench.tools.plan import TYPICAL_AL, typical_al
+
+    for method, at_20 in TYPICAL_AL.items():
+        assert typical_al(method, 20) == pytest.approx(at_20)
+        alpha = typical_al(method, 1)  # one draft: its acceptance probability
+        for m in (4, 10, 40):
+            assert typical_al(method, m) == pytest.approx(alpha * (1 - alpha**m) / (1 - alpha))
+        assert at_20 * 10 / 20 < typical_al(method, 10) < at_20 < typical_al(method, 40)
+    assert typical_al("sps", 10) == pytest.approx(4.276, abs=1e-3)
+
+
+def test_the_plans_title_names_every_override():
+    """`plan sweeps/table1.yaml pair=tiny data=arith m=10` is not titled as Table 1's own setting."""
+    from cactus_bench.tools.plan import main
+
+    title = main(["sweeps/table1.yaml", "pair=tiny", "data=arith", "m=10"]).splitlines()[0]
+    assert "pair tiny, not the paper's" in title and "m=10" in title and "data=arith" in title, title
+    assert (
+        main(["sweeps/table1.yaml"]).splitlines()[0]
+        == "## Plan: Table 1: drafter Qwen3-0.6B, verifier Qwen3-14B, m = 20"
+    )
