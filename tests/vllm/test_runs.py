@@ -4,6 +4,7 @@ tokens, AL and score, paired timing, a drafter equal to the verifier. One torch 
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 

@@ -40,3 +40,35 @@ def test_vllms_serving_cells_have_every_column_and_agree_with_the_paired_timing(
     )  # 12 items
     value, low, high, _ = sps["speedup"]
     assert est.low is not None and low <= est.high and est.low <= high, (sps["speedup"], est)
+
+
+def test_vllms_own_sweep_plot_reads_the_cells_as_vllm_bench_serve_results(tmp_path):
+    """The cells in `vllm bench serve`'s format, read by vLLM's own `vllm bench sweep plot` (a dry run: this
+    venv has no seaborn) and by its loader: every record has the metrics it plots, with vLLM's values for
+    the speculative counters (acceptance length 1 + accepted / drafts, which vLLM's engine also counts)."""
+    from vllm.benchmarks.sweep import plot
+
+    from cactus_bench.tools.perf import vllm_format
+
+    torch.set_num_threads(1)
+    decoders, requests, _ = serving.build_cells(
+        "sweeps/demo.yaml", "smollm2", None, ["SpS"], [2], [4], ["vllm"], 4, 8, SETTINGS
+    )
+    timed = serving.run_sweep(decoders, requests, repeats=2, log=lambda _: None)
+    vllm_format.write(timed, tmp_path / "sweep", "smollm2")
+    plot.plot(
+        tmp_path / "sweep", tmp_path / "figures", [], [], [], ["method"], var_x="max_num_seqs",
+        var_y="output_throughput", filter_by=plot.PlotFilters(), bin_by=plot.PlotBinners(), scale_x=None,
+        scale_y=None, dry_run=True,
+    )  # fmt: skip
+    records = [r for p in (tmp_path / "sweep").rglob("**/summary.json") for r in plot._json_load_bytes(p)]
+    assert len(records) == 4  # two cells, two repeats each
+    for r in plot._convert_inf_nan_strings(records):
+        for key in ("output_throughput", "median_ttft_ms", "p99_tpot_ms", "mean_itl_ms", "max_num_seqs"):
+            assert plot._get_metric(r, key) is not None, key
+        assert r["completed"] == len(requests) and len(r["itls"]) == len(requests)
+        if r["method"] == "SpS":
+            assert (
+                r["spec_decode_acceptance_length"] == 1 + r["spec_decode_accepted_tokens"] / r["spec_decode_num_drafts"]
+            )
+            assert len(r["spec_decode_per_position_acceptance_rates"]) == 4
