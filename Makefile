@@ -163,8 +163,11 @@ bench-launch:  ## Dispatched ops and host reads per decode round, per engine (ti
 bench-batch:  ## Items/s at batch size 16 vs 1 on the embedded pair, each engine; results/bench/batch.*
 	$(OFFLINE_ENV) $(PY) scripts/bench_batch.py out=results/bench/batch
 
-bench-serving:  ## Serving sweep: B x m x method on the embedded pair (tokens/s, TTFT/TPOT P50-P99, speedup at each B; the fast engine compiles per cell: over 2 h on 2 cores, ENGINES=eager ~8 min); results/bench/serving.*
-	$(OFFLINE_ENV) $(PY) scripts/bench_serving.py out=results/bench/serving $(if $(ENGINES),engines=$(ENGINES))
+# The committed grid: both engines finish in under 30 minutes on 2 cores (the fast engine compiles each cell's
+# graphs, ~2 minutes a cell); the script's defaults sweep more (B 1-16, m 2-8, every row: hours).
+SERVING_GRID := batches=1,4,16 ms=4 'rows=SpS,Cactus δ=0.05'
+bench-serving:  ## Serving sweep: B x method, both engines, on the embedded pair (tokens/s, TTFT/TPOT/ITL, speedup at each B; ~25 min); results/bench/serving.* and vLLM-format results
+	$(OFFLINE_ENV) $(PY) scripts/bench_serving.py out=results/bench/serving $(SERVING_GRID) $(if $(ENGINES),engines=$(ENGINES))
 
 bench-engines:  ## Every engine (vLLM, ours eager and fast, transformers) on the SmolLM2 pair at B=1 and 16; results/bench/engines.* (needs make test-vllm's venv)
 	$(OFFLINE_ENV) OMP_NUM_THREADS=1 $(VLLM_VENV)/bin/python scripts/bench_engines.py out=results/bench/engines

@@ -3,7 +3,7 @@ real prompts of the spec's dataset (default: the demo's embedded pair on arith).
 TTFT and TPOT percentiles, AL and acceptance per position, and the speedup over the verifier alone at the
 same B with its interval over interleaved repeats (`cactus_bench/tools/perf/serving.py` defines each).
 Writes <out>.md / <out>.json and the Pareto and speedup-against-B figures beside them (<out>_pareto.png,
-<out>_speedup.png), and every cell as `vllm bench serve` saves its results under <out>_vllm/ (`vllm_format.py`).
+<out>_speedup.png), and every cell as `vllm bench serve` saves its results under <out>_vllm_bench/ (`vllm_format.py`).
 """
 
 from __future__ import annotations
@@ -97,8 +97,9 @@ def main():
     print(md)
     # each cell as `vllm bench serve` saves a result, in `vllm bench sweep`'s layout (docs/benchmarks.md)
     pair = title.split(" on ")[0]
-    summaries = vllm_format.write(timed, out.parent / f"{out.name}_vllm", model_id=pair)
-    print(f"vLLM-format results: {len(summaries)} cells under {out.parent / f'{out.name}_vllm'}")
+    folder = out.parent / f"{out.name}_vllm_bench"
+    summaries = vllm_format.write(timed, folder, model_id=pair)
+    print(f"vLLM-format results: {len(summaries)} cells under {folder}")
     reproduce = command.command_line(args)
     write_results(out, md, {"args": vars(args), "rows": rows, "best_m": [[*k, v] for k, v in best.items()]}, reproduce)
 

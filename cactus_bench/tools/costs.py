@@ -15,6 +15,9 @@ class CostModel:
     gpu_engine: dict[str, str]  # engine.name -> the engine it runs on a GPU
     launch_s_per_layer: dict[str, float]  # each GPU engine's launch floor per layer
     startup_s: dict[str, float] = field(default_factory=dict)  # seconds to start an engine, once per job
+    # host time per forward call beyond its launches (the loop around it); unlisted: none known. Published
+    # engines' are fitted to their measurements (tools/published.py): forwards alone predicted every one high
+    host_s_per_forward: dict[str, float] = field(default_factory=dict)
 
     def engine_on_gpu(self, name: str) -> str:
         return self.gpu_engine.get(name, name)
@@ -37,6 +40,9 @@ COSTS.add(
         # eager dispatches ~72 ops per layer one by one (~8 us each from Python: 0.6B 2,014 ops and 14B 2,866
         # a forward, counted on a CPU); the fast engine launches one CUDA graph whose kernels cost ~40 us a layer
         launch_s_per_layer={"eager": 72 * 8e-6, "fast": 40e-6},
+        # the loop's own ops per Cactus round at m = 4 (results/bench/launch.md: eager 154.8, fast 9), spread
+        # over its five forward calls, ~8 us each
+        host_s_per_forward={"eager": 154.8 / 5 * 8e-6, "fast": 9 / 2 * 8e-6},
     ),
 )
 COSTS.add(

@@ -37,9 +37,10 @@ from cactus_bench.tools.report import compose_cell, load_spec
 from cactus_bench.tools.report.specs import SPEC_KEYS, SpecError, spec_overrides
 from cactus_bench.tools.report.tables import table_title
 
-BANDWIDTH = {"h100": 3.35e12, "h200": 4.8e12, "a100": 2.0e12}  # bytes/s, HBM
-FLOPS = {"h100": 989e12, "h200": 989e12, "a100": 312e12}  # dense bf16
-MEMORY = {"h100": 80e9, "h200": 141e9, "a100": 40e9}
+# bytes/s (HBM or GDDR), dense bf16/fp16 FLOPs (fp32 accumulate), bytes: the data sheets' figures
+BANDWIDTH = {"h100": 3.35e12, "h200": 4.8e12, "a100": 2.039e12, "a100-40gb": 1.555e12, "rtx3090": 936e9}
+FLOPS = {"h100": 989e12, "h200": 989e12, "a100": 312e12, "a100-40gb": 312e12, "rtx3090": 71e12}
+MEMORY = {"h100": 80e9, "h200": 141e9, "a100": 80e9, "a100-40gb": 40e9, "rtx3090": 24e9}
 EFFICIENCY = 0.7  # share of peak bandwidth a decode step reaches (the device check measures it)
 COMPUTE_EFFICIENCY = 0.5
 BYTES_PER_PARAM = 2  # bf16
@@ -77,24 +78,35 @@ MODELS = {  # config.json of the hub models
     "yongchanghao/DeepSeek-R1-Distill-Qwen-1.5B": Shape(1.8, 28, 2, 128),
     "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B": Shape(1.8, 28, 2, 128),
     "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B": Shape(7.6, 28, 4, 128),
+    # the pairs of published measurements (tools/published.py)
+    "lmsys/vicuna-7b-v1.3": Shape(6.7, 32, 32, 128),
+    "lmsys/vicuna-13b-v1.3": Shape(13.0, 40, 40, 128),
+    "lmsys/vicuna-33b-v1.3": Shape(32.5, 60, 52, 128),
+    "double7/vicuna-68m": Shape(0.068, 2, 12, 64),
 }
 TYPICAL_AL = {"sps": 5.0, "cactus": 7.0, "cactus_exact": 7.0, "tas": 6.5, "topk": 6.0}  # m = 20, Table 1
 TYPICAL_AT_M = 20
 
 
-def typical_al(method: str, m: int) -> float:
-    """A typical AL at draft length m: each draft accepted with one probability α (Leviathan et al.'s i.i.d.
-    model), fitted to the method's Table 1 AL at m = 20, so AL(m) = α (1 − α^m) / (1 − α): a shorter draft
-    loses its last, least likely acceptances first, not a share of every one."""
+def iid_accepted(alpha: float, m: int) -> float:
+    """Accepted drafts per round of m when each is accepted with probability α (Leviathan et al.'s i.i.d.
+    model): α (1 − α^m) / (1 − α)."""
+    return alpha * (1 - alpha**m) / (1 - alpha)
 
-    def al(alpha: float, drafts: int) -> float:
-        return alpha * (1 - alpha**drafts) / (1 - alpha)
 
-    target, lo, hi = TYPICAL_AL.get(method, 5.0), 0.0, 1.0 - 1e-12
-    for _ in range(100):  # al is increasing in α: bisect for the α that gives the m = 20 figure
+def iid_alpha(al: float, m: int) -> float:
+    """The α whose i.i.d. law accepts `al` drafts a round of m (it rises with α: bisection)."""
+    lo, hi = 0.0, 1.0 - 1e-12
+    for _ in range(100):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if al(mid, TYPICAL_AT_M) < target else (lo, mid)
-    return al((lo + hi) / 2, m)
+        lo, hi = (mid, hi) if iid_accepted(mid, m) < al else (lo, mid)
+    return (lo + hi) / 2
+
+
+def typical_al(method: str, m: int) -> float:
+    """A typical AL at draft length m: the i.i.d. law fitted to the method's Table 1 AL at m = 20, so a
+    shorter draft loses its last, least likely acceptances first, not a share of every one."""
+    return iid_accepted(iid_alpha(TYPICAL_AL.get(method, 5.0), TYPICAL_AT_M), m)
 
 
 MAX_ROWS = 64
@@ -206,7 +218,8 @@ def cell_cost(
         if one is None or verifier is None
         else timed * (one + tokens * forward_seconds(verifier, gpu, costs[engine]) / timed_together) / 3600
     )
-    predicted, predicted_from = predicted_gpu_speedup(cfg, run, gpu, costs[engine], tokens, al)
+    host = model.host_s_per_forward.get(engine, 0.0)
+    predicted, predicted_from = predicted_gpu_speedup(cfg, run, gpu, costs[engine], tokens, al, host)
     chosen, packed = hours(engine, rows), hours(engine, rows * slots)
     start_s = model.startup_s
     startup = start_s.get(engine, 0.0) / 3600  # each job starts its engine once (with paired timing: two)
@@ -229,10 +242,18 @@ def cell_cost(
     }
 
 
-def predicted_gpu_speedup(cfg, run, gpu: str, launch_s: float, tokens: float, al: float) -> tuple[float | None, str]:
+def round_speedup(tau: float, drafts: float, t_draft: float, t_one: float, t_verify: float, host_s: float) -> float:
+    """Speedup over the verifier alone per token: τ · (t₁ + o) / (k̄ · (t_d + o) + t_verify + o), each forward
+    call paying the engine's host time o beside its own."""
+    return tau * (t_one + host_s) / (drafts * (t_draft + host_s) + t_verify + host_s)
+
+
+def predicted_gpu_speedup(
+    cfg, run, gpu: str, launch_s: float, tokens: float, al: float, host_s: float = 0.0
+) -> tuple[float | None, str]:
     """The method's speedup over the verifier alone at batch size 1 on this GPU, a prediction: the cost model
-    of `metrics.cost_model` per token (prefill and the loop's own time left out), τ · t₁ / (k̄ · t_d +
-    t_{m+1}), with the GPU's step times from `forward_seconds` and the acceptance profile (τ, k̄: tokens and
+    of `metrics.cost_model` per token (prefill left out), `round_speedup` with the GPU's step times from
+    `forward_seconds`, the engine's host time per forward, and the acceptance profile (τ, k̄: tokens and
     drafts per verifier call) of the stored run of this cell (`stored`), else a typical AL with m drafts a
     round (`estimate`)."""
     verifier, drafter = MODELS.get(cfg.pair.verifier), MODELS.get(cfg.pair.drafter)
@@ -250,7 +271,7 @@ def predicted_gpu_speedup(cfg, run, gpu: str, launch_s: float, tokens: float, al
     t_d = forward_seconds(drafter, gpu, launch_s, 1, 1, context)
     t_1 = forward_seconds(verifier, gpu, launch_s, 1, 1, context)
     t_round = forward_seconds(verifier, gpu, launch_s, cfg.m + 1, 1, context)
-    return tau * t_1 / (drafts * t_d + t_round), source
+    return round_speedup(tau, drafts, t_d, t_1, t_round, host_s), source
 
 
 ASSUMED_ACCURACY = 0.5  # no stored runs: the verifier's accuracy that makes the differences widest
