@@ -165,7 +165,7 @@ bench-batch:  ## Items/s at batch size 16 vs 1 on the embedded pair, each engine
 
 # The committed grid: both engines finish in under 30 minutes on 2 cores (the fast engine compiles each cell's
 # graphs, ~2 minutes a cell); the script's defaults sweep more (B 1-16, m 2-8, every row: hours).
-SERVING_GRID := batches=1,4,16 ms=4 'rows=SpS,Cactus δ=0.05'
+SERVING_GRID := batches=1,8 ms=4 'rows=SpS,Cactus δ=0.05'
 bench-serving:  ## Serving sweep: B x method, both engines, on the embedded pair (tokens/s, TTFT/TPOT/ITL, speedup at each B; ~25 min); results/bench/serving.* and vLLM-format results
 	$(OFFLINE_ENV) $(PY) scripts/bench_serving.py out=results/bench/serving $(SERVING_GRID) $(if $(ENGINES),engines=$(ENGINES))
 

@@ -181,10 +181,6 @@ class GenerationOutput:
     prompt_tokens: int = 0  # the prompt's length in tokens (a serving benchmark's input length)
 
     @property
-    def first_token_time(self) -> float | None:
-        return self.chunk_times[0] if self.chunk_times else None
-
-    @property
     def verifier_calls(self) -> int:
         return len(self.rounds.drafted)
 
