@@ -289,9 +289,7 @@ def test_vllm_keeps_batch_size_requests_in_flight_and_times_each_from_its_admiss
         Request((2,), "b", max_new_tokens=4),
         Request((3,), "c", max_new_tokens=3),
     ]
-    got = [
-        (g.request.key, g.output.tokens, g.output.wall_time, g.output.chunk_times) for g in d.generate(requests)
-    ]
+    got = [(g.request.key, g.output.tokens, g.output.wall_time, g.output.chunk_times) for g in d.generate(requests)]
     a, b, c = [1.0, 2.0], [1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0]  # one token a step, from each one's admission
     assert got == [("a", [101, 102], 2.0, a), ("b", [201, 202, 203, 204], 4.0, b), ("c", [301, 302, 303], 3.0, c)]
     assert d.llm.llm_engine.in_flight == [2, 2, 2, 2, 1]  # c took a's slot at once; never more than 2
