@@ -14,6 +14,7 @@ from cactus_bench.backends.vllm.decoder import build_rounds
 
 from ..helpers.configs import cfg_of
 from ..helpers.guards import refuse
+from ..helpers.reference_laws import CONFIGS
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
@@ -331,3 +332,41 @@ def test_engines_are_reused_for_fewer_rows_and_kept_per_setting(monkeypatch):
     for m in (6, 8, 10, 12):
         vdecoder.engine(models, spec(m, 1), "d")
     assert len(vdecoder._ENGINES) == vdecoder.KEPT_ENGINES and [k[4] for k in vdecoder._ENGINES] == [6, 8, 10, 12]
+
+
+BINDING_BUDGET = ("approximate", {"max_regret": 3.0, "budget": 1})
+
+
+@pytest.mark.parametrize(
+    "name,params", [*CONFIGS, BINDING_BUDGET], ids=[f"{n}{p}" for n, p in [*CONFIGS, BINDING_BUDGET]]
+)
+def test_the_plugin_decides_vllms_flat_drafts_as_the_rule_decides_its_rounds(name, params):
+    """vLLM hands the acceptance step every request's drafts end to end ([N] tokens, ragged); the plugin's
+    accept tests, regridded per request, are `Rule.verify`'s on the same uniforms, for every rule (approximate
+    SD's budget included: its test reads the round's earlier positions in order)."""
+    import torch
+
+    from cactus_bench.backends.vllm.plugin import _Layout, accept_tests
+    from cactus_bench.core.rules import build_rule
+
+    rule = build_rule(name, **params)
+    if rule.needs_raw:
+        pytest.skip("a rule that reads raw logits is refused on vLLM")
+    g = torch.Generator().manual_seed(4)
+    counts, M, V = [3, 0, 2, 3, 1] * 8, 3, 6
+    B, t = len(counts), {"dtype": torch.float64}
+    p = torch.softmax(2.5 * torch.randn(B, M, V, generator=g, **t), -1)
+    q = torch.softmax(2.5 * torch.randn(B, M + 1, V, generator=g, **t), -1)
+    drafts = torch.multinomial(p.view(-1, V), 1, generator=g).view(B, M)
+    u = torch.rand(B, M + 1, generator=g, **t)
+    want = rule.verify(p, q, drafts, uniforms=u, n_drafts=torch.tensor(counts)).passed
+
+    rows = [(b, j) for b in range(B) for j in range(counts[b])]  # vLLM's flat order
+    flat = lambda x: torch.stack([x[b, j] for b, j in rows])  # noqa: E731
+    layout = _Layout(counts, M, len(rows), torch.device("cpu"))
+    n = flat(drafts)
+    got = accept_tests(rule, layout, flat(u), flat(p), flat(q[:, :M]), n, rule.prepare(flat(p), flat(q[:, :M]), n))
+    assert torch.equal(got, want)
+    if (name, params) == BINDING_BUDGET:  # control: a test blind to the round's order decides otherwise
+        blind = layout.per_request(flat(u) < rule.accept_prob(flat(p), flat(q[:, :M]), n)) & layout.valid
+        assert not torch.equal(blind, want)

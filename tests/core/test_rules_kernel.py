@@ -1,10 +1,13 @@
 """The real batched `verify` kernel against the exact law, with negative controls that must fail."""
 
+import math
+
 import pytest
 import torch
 
-from cactus_bench.core.rules import build_rule
+from cactus_bench.core.rules import RULES, build_rule
 
+from ..helpers import reference_laws as ref
 from ..helpers.reference_laws import CONFIGS
 from ..helpers.rules import CONTROLS, BonusFromP, OffByOne
 from ..helpers.stats import P_THRESHOLD, g_test_pvalue
@@ -110,6 +113,83 @@ def test_controls_bite_on_the_paper_rules():
         rule = build_rule(name, **params)
         for control in CONTROLS:
             assert worst_pvalue(control(rule), oracle=rule)[0] < P_THRESHOLD, (name, control.__name__)
+
+
+def test_every_rule_has_a_negative_control_that_changes_its_law():
+    """The parametrised control test skips a control that changes no law of a setting; each rule still has
+    one that does (so a broken kernel of every rule is caught)."""
+    for name in RULES:
+        rule_settings = [params for n, params in CONFIGS if n == name]
+        assert any(law_shift(c, build_rule(name, **ps)) >= 0.01 for ps in rule_settings for c in CONTROLS), name
+
+
+def test_every_rule_at_its_sps_knob_decides_as_sps_draw_for_draw():
+    """Issue 66: each relaxed rule names the setting at which it is SpS (`sps_knob`); there, on common random
+    numbers, it accepts and emits what SpS does, draw for draw. Control: at its tested settings it does not."""
+    p, q, p_raw, q_raw, drafts = scenario()
+    sps = run_kernel(build_rule("sps"), p, q, p_raw, q_raw, drafts, seed=5)
+    knobless = {name for name in RULES if RULES.get(name).sps_knob is None}
+    assert knobless == {"tas", "topk"}  # thresholds on q alone: no setting is SpS
+    for name in sorted(set(RULES) - knobless):
+        at_knob = run_kernel(build_rule(name, **RULES.get(name).sps_knob), p, q, p_raw, q_raw, drafts, seed=5)
+        assert torch.equal(at_knob.emitted, sps.emitted) and torch.equal(at_knob.n_accepted, sps.n_accepted), name
+        if name != "sps":
+            relaxed = [
+                run_kernel(build_rule(name, **ps), p, q, p_raw, q_raw, drafts, seed=5) for n, ps in CONFIGS if n == name
+            ]
+            assert any(not torch.equal(v.emitted, sps.emitted) for v in relaxed), name
+
+
+@pytest.mark.parametrize("name,params", CONFIGS, ids=RULE_IDS)
+def test_each_row_of_a_batch_is_decided_as_it_would_be_alone(name, params):
+    """Batch invariance of the decision: six rows with their own p, q, drafts and uniforms, verified together
+    and one at a time, decide the same (a rule reduces over the vocabulary and the round, never the batch)."""
+    g = torch.Generator().manual_seed(21)
+    B = 6
+    p = torch.softmax(2.5 * torch.randn(B, M, V, generator=g, dtype=torch.float64), -1)
+    q = torch.softmax(2.5 * torch.randn(B, M + 1, V, generator=g, dtype=torch.float64), -1)
+    raw = {"draft_raw": torch.softmax(torch.randn(B, M, V, generator=g, dtype=torch.float64), -1),
+           "target_raw": torch.softmax(torch.randn(B, M + 1, V, generator=g, dtype=torch.float64), -1)}  # fmt: skip
+    drafts = torch.multinomial(p.view(-1, V), 1, generator=g).view(B, M)
+    u, counts = torch.rand(B, M + 1, generator=g, dtype=torch.float64), torch.tensor([3, 2, 3, 0, 1, 3])
+    rule = build_rule(name, **params)
+    together = rule.verify(p, q, drafts, uniforms=u, n_drafts=counts, return_kl=True, **raw)
+    for b in range(B):
+        one = {k: v[b : b + 1] for k, v in raw.items()}
+        alone = rule.verify(p[b : b + 1], q[b : b + 1], drafts[b : b + 1], uniforms=u[b : b + 1],
+                            n_drafts=counts[b : b + 1], return_kl=True, **one)  # fmt: skip
+        assert torch.equal(alone.emitted, together.emitted[b : b + 1]), (name, b)
+        assert torch.equal(alone.passed, together.passed[b : b + 1]), (name, b)
+
+
+def test_approximate_spends_its_budget_within_the_round():
+    """Approximate SD with a budget of one: the second position is reached with the budget spent exactly when
+    the first draft was accepted only for its low regret, so its law is the mixture of the SpS law and the
+    full-budget law with that probability. Control: a kernel that never runs out of budget fails it."""
+    regret, t = 1.0, {"dtype": torch.float64}
+    p = torch.tensor([[0.6, 0.2, 0.1, 0.1], [0.7, 0.1, 0.1, 0.1]], **t)
+    q = torch.tensor([[0.3, 0.4, 0.2, 0.1], [0.2, 0.5, 0.2, 0.1], [0.25, 0.25, 0.25, 0.25]], **t)
+    p0, q0 = p[0].tolist(), q[0].tolist()
+    low = [math.log(max(q0)) - math.log(q0[n]) <= regret for n in range(4)]
+    standard = [min(1.0, q0[n] / p0[n]) for n in range(4)]
+    accepted = sum(p0[n] * (1.0 if low[n] else standard[n]) for n in range(4))
+    spent = sum(p0[n] * (1 - standard[n]) for n in range(4) if low[n]) / accepted
+
+    def law(left):
+        return torch.tensor(ref.approximate_law(p[1].tolist(), q[1].tolist(), regret, left), **t)
+
+    assert 0.1 < spent < 0.9 and 0.5 * float((law(0) - law(1)).abs().sum()) > 0.2  # the test can tell them apart
+    g = torch.Generator().manual_seed(7)
+    drafts = torch.stack([torch.multinomial(p[j], TRIALS, replacement=True, generator=g) for j in range(2)], 1)
+
+    def second_position_pvalue(budget):
+        rule = build_rule("approximate", max_regret=regret, budget=budget)
+        v = rule.verify(p.expand(TRIALS, 2, 4), q.expand(TRIALS, 3, 4), drafts, torch.Generator().manual_seed(8))
+        reached = v.n_accepted >= 1
+        return g_test_pvalue(v.emitted[reached, 1], spent * law(0) + (1 - spent) * law(1))
+
+    assert second_position_pvalue(1) > P_THRESHOLD
+    assert second_position_pvalue(2) < P_THRESHOLD
 
 
 def test_same_generator_seed_same_decisions_and_cactus_delta_zero_is_sps():

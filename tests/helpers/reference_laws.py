@@ -111,16 +111,65 @@ def kl(h, q):
     return sum(hi * math.log(hi / qi) for hi, qi in zip(h, q) if hi > 0)
 
 
-def speccas_law(p, q, variant, alpha):
+def entropy(x):
+    return -sum(xi * math.log(xi) for xi in x if xi > 0)
+
+
+def speccas_law(p, q, variant, alpha, p_raw=None, q_raw=None):
+    pr, qr = p_raw or p, q_raw or q
     if variant == "token_v3":
-        mq = max(q)
-        t = [1.0 if qi >= (1 - alpha) * mq else 0.0 for qi in q]
+        mq = max(qr)
+        t = [1.0 if qi >= (1 - alpha) * mq else 0.0 for qi in qr]
         kept = sum(pi * ti for pi, ti in zip(p, t))
-        pi_ = [pi * ti + (1 - kept) * qi for pi, ti, qi in zip(p, t, q)]
-    else:
-        tv = 0.5 * sum(abs(pi - qi) for pi, qi in zip(p, q))
-        pi_ = list(p) if max(p) >= max(q) - alpha * tv else list(q)
-    return general_identity_law(p, pi_)
+        return general_identity_law(p, [pi * ti + (1 - kept) * qi for pi, ti, qi in zip(p, t, q)])
+    tv = 0.5 * sum(abs(a - b) for a, b in zip(pr, qr))
+    trusted = {
+        "opt": lambda: max(pr) >= max(qr) - alpha * tv,
+        "diff": lambda: max(pr) >= max(qr) - alpha,
+        "chow": lambda: max(pr) >= 1 - alpha,
+        "entropy": lambda: entropy(pr) <= entropy(qr) + alpha * tv,
+    }[variant]()
+    return general_identity_law(p, list(p) if trusted else list(q))
+
+
+def lenience_law(p, q, lenience):
+    acc = [pi if lenience == 0 else min(pi, qi / lenience) for pi, qi in zip(p, q)]
+    res = [max(qi - lenience * pi, 0.0) for pi, qi in zip(p, q)]
+    rej = 1 - sum(acc)
+    return [a + (rej * r / sum(res) if sum(res) > 0 else rej * qi) for a, r, qi in zip(acc, res, q)]
+
+
+def jsd(p, q):
+    m = [(a + b) / 2 for a, b in zip(p, q)]
+    return max(entropy(m) - (entropy(p) + entropy(q)) / 2, 0.0)
+
+
+def fuzzy_law(p, q, threshold, divergence="jsd"):
+    d = jsd(p, q) if divergence == "jsd" else 0.5 * sum(abs(a - b) for a, b in zip(p, q))
+    return general_identity_law(p, list(p) if d < threshold else list(q))
+
+
+def standard_residual(p, q):
+    res = [max(qi - pi, 0.0) for pi, qi in zip(p, q)]
+    return res if sum(res) > 0 else list(q)
+
+
+def nucleus_law(p, q, top_p):
+    def accept(n):
+        in_nucleus = q[n] > 0 and sum(qi for qi in q if qi > q[n]) < top_p
+        return 1.0 if in_nucleus else (min(1.0, q[n] / p[n]) if p[n] > 0 else 0.0)
+
+    return per_draft_law(p, accept, lambda n: standard_residual(p, q))
+
+
+def approximate_law(p, q, max_regret, budget_left):
+    """The law of a position reached with `budget_left` low-regret acceptances still to spend."""
+
+    def accept(n):
+        low = q[n] > 0 and math.log(max(q)) - math.log(q[n]) <= max_regret + 1e-12
+        return 1.0 if (low and budget_left > 0) else (min(1.0, q[n] / p[n]) if p[n] > 0 else 0.0)
+
+    return per_draft_law(p, accept, lambda n: standard_residual(p, q))
 
 
 # --- each rule's reference law by its registered name, with the settings the oracle tests build it with ---
@@ -177,9 +226,38 @@ def _mentored(p, q, params, rule):  # β is the rule's (its budget is tested on 
     return mentored_law(p, q, float(rule.beta(torch.tensor(p, **t), torch.tensor(q, **t))))
 
 
-@law("speccas", {"variant": "token_v3", "alpha": 0.5}, {"variant": "opt", "alpha": 0.3})
+@law(
+    "speccas",
+    {"variant": "token_v3", "alpha": 0.5},
+    {"variant": "opt", "alpha": 0.3},
+    {"variant": "diff", "alpha": 0.0},
+    {"variant": "chow", "alpha": 0.5},
+    {"variant": "entropy", "alpha": 0.2},
+)
 def _speccas(p, q, params, rule):
     return speccas_law(p, q, params["variant"], params["alpha"])
+
+
+@law("lenience", {"lenience": 0.5}, {"lenience": 0.0})
+def _lenience(p, q, params, rule):
+    return lenience_law(p, q, params["lenience"])
+
+
+@law("fuzzy", {"threshold": 0.3}, {"threshold": 0.5, "divergence": "tv"})
+def _fuzzy(p, q, params, rule):
+    return fuzzy_law(p, q, params["threshold"], params.get("divergence", "jsd"))
+
+
+@law("nucleus", {"top_p": 0.8})
+def _nucleus(p, q, params, rule):
+    return nucleus_law(p, q, params["top_p"])
+
+
+# a budget of 3 never binds within the kernel tests' m = 3 drafts: every position's law is the first's (the
+# binding budget is tested on its own)
+@law("approximate", {"max_regret": 1.0, "budget": 3})
+def _approximate(p, q, params, rule):
+    return approximate_law(p, q, params["max_regret"], params["budget"])
 
 
 # every rule with the settings its law is tested at, as built by name

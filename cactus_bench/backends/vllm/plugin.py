@@ -290,13 +290,11 @@ def verify(
     p = draft_probs.float()
     n = draft_token_ids.long().clamp(min=0)
     extra = rule.prepare(p, q, n)
-    a = rule.accept_prob(p, q, n, **extra)
     # vLLM's kernel compares in float32 on a CPU (it casts the uniforms) and in float64 on a GPU
     u_cmp = u.float() if device.type == "cpu" else u
-    passed = (u_cmp < a.to(u_cmp.dtype)) & (draft_token_ids >= 0)
+    ok = accept_tests(rule, layout, u_cmp, p, q, n, extra) & layout.per_request(draft_token_ids >= 0)
     recovered = (rule.recovery_weights(p, q, n, **extra) * noise.reciprocal()[layout.owner]).argmax(dim=-1)
 
-    ok = layout.per_request(passed)
     n_acc = torch.cumprod(ok.long(), dim=-1).sum(-1)
     out = torch.full((B, max_spec_len + 1), -1, dtype=torch.int32, device=device)
     drafts = torch.where(layout.pos < n_acc.unsqueeze(-1), draft_token_ids[layout.index], -1)
@@ -309,6 +307,18 @@ def verify(
     out_kl, fits = output_kl(rule, p, q, support_for(top_k, greedy=False))
     _record(ok, draft_token_ids, layout, target_kl, out_kl, fits, settings, before, start)
     return out
+
+
+def accept_tests(rule, layout: _Layout, u, p, q, n, extra: dict):
+    """Each draft's accept test, [batch, max_spec_len] (False past a request's drafts): the rule's `tests` on
+    each request's round, so a test that reads the round's earlier positions (a budget) sees them in order.
+    A rule whose test is u < accept_prob decides on vLLM's flat positions, without the padded copy of p, q."""
+    from cactus_bench.core.rules import Rule
+
+    if type(rule).tests is Rule.tests:
+        return layout.per_request(u < rule.accept_prob(p, q, n, **extra).to(u.dtype))
+    grid = {k: v[layout.index] for k, v in extra.items()}
+    return rule.tests(layout.per_request(u), p[layout.index], q[layout.index], n[layout.index], **grid) & layout.valid
 
 
 class _Layout:

@@ -123,6 +123,8 @@ class Rule(ABC):
     needs_raw: ClassVar[bool] = False
     # parameter sets `make bench-rules` times separately (settings that switch kernels); defaults alone: ({},)
     timed_variants: ClassVar[tuple[dict, ...]] = ({},)
+    # the parameters at which the rule is SpS, decision for decision (None: no setting makes it SpS)
+    sps_knob: ClassVar[dict | None] = None
 
     # --- the rule's definition (pure functions over the last axis) ---------------------------------
     @abstractmethod
@@ -133,6 +135,13 @@ class Rule(ABC):
 
     def target(self, p: Tensor, q: Tensor, n: Tensor, **raw: Tensor) -> Tensor | None:
         return None
+
+    def tests(self, u: Tensor, p: Tensor, q: Tensor, n: Tensor, **raw: Tensor) -> Tensor:
+        """Each draft's accept test from its uniform: u, n [..., m] (the drafts of a round along the last axis),
+        p, q [..., m, V] -> bool [..., m]. `u < accept_prob`; a rule whose test at one position depends on the
+        tests before it in the round (a budget spent within the round) overrides this, and its `accept_prob`
+        is the first position's."""
+        return u < self.accept_prob(p, q, n, **raw)
 
     def prepare(self, p: Tensor, q: Tensor, n: Tensor | None, **raw: Tensor) -> dict[str, Tensor]:
         """Per-position tensors [..., ] shared by the functions above, computed once per ``verify`` (`n`: the
@@ -227,12 +236,12 @@ class Rule(ABC):
             passed = torch.zeros((B, 0), dtype=torch.bool, device=device)
             last = sample_column(target_probs[:, 0], u_last, generator)
         else:
-            a = self.accept_prob(draft_probs, q, draft_tokens, **extra)  # [B, m]
+            dtype = torch.promote_types(draft_probs.dtype, target_probs.dtype)
             if u_tests is None:
-                u = torch.rand((B, m), generator=generator, device=device, dtype=a.dtype)
+                u = torch.rand((B, m), generator=generator, device=device, dtype=dtype)
             else:
-                u = u_tests.to(a.dtype)
-            passed = u < a
+                u = u_tests.to(dtype)
+            passed = self.tests(u, draft_probs, q, draft_tokens, **extra)  # [B, m]
             if n_drafts is not None:
                 passed = passed & (positions(m, device) < n_drafts.unsqueeze(-1))
             n_acc = torch.cumprod(passed, dim=-1).sum(-1)  # accepted before the first rejection
@@ -279,6 +288,21 @@ class Rule(ABC):
         R = self.recovery_weights(P, Q, n, **raw)
         R = R / R.sum(-1, keepdim=True)
         return p * a + ((p * (1 - a)).unsqueeze(-1) * R).sum(-2)
+
+
+class TargetRule(Rule):
+    """A rule that picks a target h and runs the general identity (methods.md §2):
+    accept min(1, h_n / p_n), recover from (h − p)+, so the emitted token is distributed as h."""
+
+    @abstractmethod
+    def target(self, p: Tensor, q: Tensor, n: Tensor, **raw: Tensor) -> Tensor:
+        """The target h this rule verifies against."""
+
+    def accept_prob(self, p: Tensor, q: Tensor, n: Tensor, **raw: Tensor) -> Tensor:
+        return general_accept(gather_last(self.target(p, q, n, **raw), n), gather_last(p, n))
+
+    def residual(self, p: Tensor, q: Tensor, n: Tensor, **raw: Tensor) -> Tensor:
+        return (self.target(p, q, n, **raw) - p).clamp(min=0)
 
 
 def _check_shapes(draft_probs: Tensor, target_probs: Tensor, draft_tokens: Tensor) -> tuple[int, int, int]:

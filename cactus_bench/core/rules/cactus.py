@@ -9,9 +9,8 @@ import math
 import torch
 from torch import Tensor
 
-from cactus_bench.core.rules.base import check_range, constant, gather_last, general_accept
+from cactus_bench.core.rules.base import TargetRule, check_range, constant, gather_last, general_accept
 from cactus_bench.core.rules.registry import register
-from cactus_bench.core.rules.sps import TargetRule
 
 
 def binary_kl(g: Tensor, qn: Tensor) -> Tensor:
@@ -24,6 +23,7 @@ def binary_kl(g: Tensor, qn: Tensor) -> Tensor:
 @register("cactus")
 class Cactus(TargetRule):
     label = "Cactus"
+    sps_knob = {"delta": 0.0}  # γ = q_n: h = q
 
     def __init__(self, delta: float = 1.0):
         self.delta = check_range(self.name, "delta", delta, 0.0)

@@ -1,13 +1,13 @@
 """Interpolation: target h = α·p + (1 − α)·q, then the general identity. α = 0 is SpS, α = 1 accepts all."""
 
-from cactus_bench.core.rules.base import check_range, gather_last, general_accept
+from cactus_bench.core.rules.base import TargetRule, check_range, gather_last, general_accept
 from cactus_bench.core.rules.registry import register
-from cactus_bench.core.rules.sps import TargetRule
 
 
 @register("interp")
 class Interp(TargetRule):
     label = "Interpolation"
+    sps_knob = {"alpha": 0.0}
 
     def __init__(self, alpha: float = 0.9):
         self.alpha = check_range(self.name, "alpha", alpha, 0.0, 1.0)

@@ -31,6 +31,7 @@ def mentored_law(p, q, beta):
 @register("mentored")
 class Mentored(Rule):
     label = "Mentored"
+    sps_knob = {"divergence": 0.0}  # β = 1
 
     def __init__(self, divergence: float = 0.1):
         self.divergence = check_range(self.name, "divergence", divergence, 0.0)
@@ -42,6 +43,8 @@ class Mentored(Rule):
         tested, as bisection's are. On a GPU a small vocabulary takes 256 ways, 3 steps on float32 (`ways`);
         each position's search is its own, so a batch decides as its rows would alone."""
         shape = p.shape[:-1]
+        if self.divergence == 0:  # SpS exactly: a float32 KL rounds to 0 at a β just under 1 too
+            return torch.ones(shape, dtype=p.dtype, device=p.device)
         way_bits = ways_log2(p.shape[-1], p.device)
         grid = fractions(2**way_bits, p.dtype, p.device)  # [ways − 1, 1]: β runs down the second-last axis
         lo = torch.zeros((*shape, 1, 1), dtype=p.dtype, device=p.device)
