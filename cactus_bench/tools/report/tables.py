@@ -21,6 +21,7 @@ from cactus_bench.app.runs import Run, find, pool_seeds
 from cactus_bench.core import intervals, metrics
 from cactus_bench.core.methods import BASELINE
 from cactus_bench.core.utils import write_text_atomic
+from cactus_bench.tools.report import matched
 from cactus_bench.tools.report.specs import compose_cell, spec_seeds
 
 log = logging.getLogger("cactus_bench")
@@ -292,11 +293,16 @@ def render_table(
     if df["ours"].isna().all():  # no stored run matched any cell: never replace a file with an empty table
         log.warning("no stored run matches %s: table printed, nothing written", spec["name"])
         return printed, None
+    matched_md, matched_df = matched.render(spec, df) if spec.get("matched") else ("", None)
+    if matched_md:
+        printed += "\n" + matched_md
     try:
         out.mkdir(parents=True, exist_ok=True)
         df.to_csv(f"{base}.csv", index=False)  # not with_suffix: a name with a dot (δ=0.5) keeps its tail
-        write_text_atomic(Path(f"{base}.md"), md)
+        write_text_atomic(Path(f"{base}.md"), md + ("\n" + matched_md if matched_md else ""))
         write_text_atomic(Path(f"{base}.tex"), table.to_latex(escape=True))
+        if matched_df is not None:
+            matched_df.to_csv(f"{base}_matched.csv", index=False)
     except OSError as e:  # a read-only store is still read: the table is printed, its files not written
         log.warning("could not write %s.{csv,md,tex} (%s): the table is printed only (out=... elsewhere)", base, e)
         return printed, None
