@@ -6,7 +6,7 @@ import logging
 
 from omegaconf import DictConfig
 
-from cactus_bench.adapters.benchmarks.base import Benchmark
+from cactus_bench.adapters.benchmarks.base import KINDS, Benchmark
 from cactus_bench.app.config import RunSpec
 from cactus_bench.app.identity import RunIdentity
 from cactus_bench.app.store import RunStore, StoreError, contents, duplicated_items
@@ -75,6 +75,9 @@ def relative_readings(cfg: DictConfig, samples: list[dict], ident: RunIdentity) 
             out.update({k: v for k, v in metrics.flatten(m.name, reading.value).items() if v is not None})
             if reading.caveat is not None:
                 out[f"{m.name}_caveat"] = reading.caveat
+    kind = KINDS.get(cfg.data.kind)
+    if kind.relative is not None:
+        out.update(kind.relative(samples, refs, cfg.pair))
     return out
 
 

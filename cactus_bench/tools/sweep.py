@@ -256,7 +256,8 @@ def main(argv: list[str] | None = None) -> str:
     if spec.get("figure"):
         made = figures(runs, paths.figures, [spec], identity_overrides)
         print("\n".join(str(p) for p in made.values()))
-        return ""
+        if not spec.get("matched"):  # a figure spec's output is its figures; a matched reading is a table too
+            return ""
     md, path = render_table(spec, runs, paths.tables, identity_overrides, spec.get("shown"))
     print(md)
     if path is not None:

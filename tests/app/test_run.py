@@ -334,5 +334,8 @@ def test_spec_benchs_own_arithmetic_on_the_export_gives_the_tables_speed_py_colu
             files["small-sps_m2-greedy"], files["small-ar-greedy"], task, lambda t: tokenizer(t).input_ids
         )
         assert cells[task]["speedup_specbench"] == pytest.approx(expected, rel=1e-9), task
+        # the run's own summary.json carries the same speedups, written against the stored verifier-alone run
+        assert sps.summary["specbench"][task]["speedup_specbench"] == pytest.approx(expected, rel=1e-9), task
+        assert sps.summary["specbench"][task]["speedup"] == pytest.approx(cells[task]["speedup"], rel=1e-12), task
     meta = json.loads((tmp_path / "x" / "small-sps_m2-greedy.meta.json").read_text())
     assert meta["batch_size"] == [1] and meta["caveats"] == [] and meta["answers"] == 3

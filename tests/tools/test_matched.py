@@ -65,6 +65,15 @@ def test_the_al_within_a_score_budget_is_the_last_crossing():
     assert al_within([{"al": 2.0, "score_delta": (-3.0, -5.0, -1.0)}], 2.0) is None
 
 
+def test_a_kl_is_not_read_between_a_finite_and_an_infinite_point():
+    curve = [
+        {"al": 2.0, "output_kl": (0.1, None, None)},
+        {"al": 3.0, "output_kl": (float("inf"), None, None)},
+        {"al": 4.0, "output_kl": (float("inf"), None, None)},
+    ]
+    assert at(curve, 2.5, "output_kl")[0] is None and at(curve, 3.5, "output_kl")[0] == float("inf")
+
+
 def test_the_table_says_where_a_curve_does_not_reach_an_al():
     table, budget, notes = matched_table(SPEC, DF)
     assert list(table["AL"]) == [2.5, 3.0, 9.0]

@@ -61,7 +61,8 @@ class Kind:
     """A kind of benchmark. `make(data)` builds one (importing its adapters only then); `cells(run, sps, ar)`
     gives what a table shows for a stored run against its reference runs (SpS, the verifier alone; either
     may be None), by group; `summary(samples, data)` recomputes a run's summary over some of its samples
-    (a table over the items every run shares) without lm-eval; `figures` names the report's figure
+    (a table over the items every run shares) without lm-eval; `relative` what its stored summary adds against
+    the reference runs; `figures` names the report's figure
     families drawn from such runs; `labels` renames metrics where the kind defines them its own way;
     `one_request` says each item is one request, the same whatever the method (a sweep can then time its
     methods on it together: `app.together`)."""
@@ -72,6 +73,9 @@ class Kind:
     figures: tuple[str, ...]
     labels: dict[str, str]
     one_request: bool = True
+    # what a run's summary adds against its reference runs' samples (`relative(samples, refs, pair)`, refs:
+    # {"sps", "baseline"} -> samples or None) beyond the metrics' own relative readings
+    relative: Callable[[list[dict], dict, Any], dict] | None = None
 
 
 def one_request_per_item(data) -> bool:
@@ -139,21 +143,37 @@ def _specbench(data) -> Benchmark:
 
 def specbench_cells(run, sps, ar) -> Cells:
     """Spec-Bench's per-category speed metrics (`specbench.speed_metrics`); the verifier alone is 1×."""
-    from cactus_bench.adapters.benchmarks.specbench import speed_metrics, verifier_count
+    from cactus_bench.adapters.benchmarks.specbench import speed_metrics
 
-    count = None
-    if ar is not None:  # speed.py counts the baseline's tokens with the verifier's tokenizer
-        pair = ar.config["pair"]
-        try:
-            count = verifier_count(pair["verifier"], pair.get("revision"))
-        except (OSError, ValueError) as e:  # no tokenizer here (a hub id offline): that column stays empty
-            log.warning("speed.py's speedup not computed: the verifier's tokenizer is not here (%s)", e)
+    count = _speed_py_count(ar.config["pair"]) if ar is not None else None
     table: Cells = speed_metrics(run.samples, ar.samples if ar is not None else None, count, SPEEDUP_COLUMNS)
     for values in table.values():
         values["n"] = values["questions"]
         if run.is_baseline:
             values["speedup"] = 1.0
     return table
+
+
+def _speed_py_count(pair):
+    """speed.py's token count (the verifier's tokenizer), or None where that tokenizer is not here."""
+    from cactus_bench.adapters.benchmarks.specbench import verifier_count
+
+    try:
+        return verifier_count(pair["verifier"], pair.get("revision"))
+    except (OSError, ValueError) as e:  # no tokenizer here (a hub id offline): that column stays empty
+        log.warning("speed.py's speedup not computed: the verifier's tokenizer is not here (%s)", e)
+        return None
+
+
+def specbench_relative(samples: list[dict], refs: dict, pair) -> dict:
+    """A Spec-Bench run's stored per-category metrics with its speedups against the stored verifier-alone run:
+    this harness's, the mean of ratios and speed.py's (`speedup_specbench`), as the table shows them."""
+    from cactus_bench.adapters.benchmarks.specbench import speed_metrics
+
+    baseline = refs.get("baseline")
+    if not samples or not baseline:
+        return {}
+    return {"specbench": speed_metrics(samples, baseline, _speed_py_count(pair), SPEEDUP_COLUMNS)}
 
 
 def specbench_summary(samples: list[dict], data: dict) -> dict:
@@ -172,6 +192,7 @@ KINDS.add(
         ("specbench_speedup",),
         SPEEDUP_COLUMNS,
         one_request=False,  # a question's second turn follows the method's own first answer; it warms up first
+        relative=specbench_relative,
     ),
 )
 

@@ -112,12 +112,20 @@ def matched_table(spec: dict, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFr
                         "hopeful": al_within(curve, budget, 2),
                     }  # fmt: skip
                 )
-    budget_df = pd.DataFrame(budget_rows) if budget is not None else None
-    return pd.DataFrame(rows), budget_df, notes
+    table = pd.DataFrame(rows)
+    unread = any(r[KL] is None and r[DELTA] is not None for r in rows)
+    if unread or any(r[KL] == math.inf for r in rows):
+        notes.append(
+            "output KL inf: the rule emits tokens the warped verifier gives no mass (a drafter trusted wholesale); "
+            "between a finite and an infinite point it is not read (–)"
+        )
+    return table, pd.DataFrame(budget_rows) if budget is not None else None, notes
 
 
 def _mix(x, y, w):
     if x is None or y is None or _missing(x) or _missing(y):
+        return None
+    if math.isinf(x) != math.isinf(y):  # a finite and an infinite KL: no line between them says anything
         return None
     return (1 - w) * float(x) + w * float(y)
 
@@ -128,43 +136,3 @@ def _missing(x) -> bool:
 
 def _span(curve: list[dict]) -> str:
     return f"{curve[0]['al']:.2f}–{curve[-1]['al']:.2f}" if curve else "none"
-
-
-def render(spec: dict, df: pd.DataFrame) -> tuple[str, pd.DataFrame]:
-    """The matched-acceptance tables as Markdown (cells as every table prints them), and the long table."""
-    from cactus_bench.tools.report.tables import cell_text, label
-
-    table, by_budget, notes = matched_table(spec, df)
-    if not len(table):
-        return "", table
-    shown = pd.DataFrame(
-        {
-            "data": table["data"],
-            "rule": table["rule"],
-            "at AL": table["AL"].map(lambda x: f"{x:g}"),
-            **{label(m): [cell_text(v, m, ci=c) for v, c in zip(table[m], table[f"{m}_ci"])] for m in READ},
-        }
-    )
-    if shown["data"].nunique() == 1:
-        shown = shown.drop(columns="data")
-    md = f"### Matched acceptance: every rule read at the same AL\n\n{shown.to_markdown(index=False)}\n"
-    if by_budget is not None:
-        b = spec["matched"]["score_budget"]
-        readable = by_budget.assign(**{k: by_budget[k].map(lambda x: "–" if _missing(x) else f"{x:.2f}")
-                                       for k in ("AL", "conservative", "hopeful")})  # fmt: skip
-        if readable["data"].nunique() == 1:
-            readable = readable.drop(columns="data")
-        md += (
-            f"\n### The AL each rule reaches within a Δ score of −{b:g} points\n\n"
-            f"{readable.rename(columns={'AL': f'AL at Δ ≥ −{b:g}'}).to_markdown(index=False)}\n"
-        )
-    said = [
-        "each rule is a curve through its grid, starting at SpS (every relaxed rule is SpS at its knob's end); "
-        "read linearly in AL between the two grid points around each AL; intervals: the points' paired 95 % "
-        "intervals read the same way (never narrower than the interpolated difference's own)",
-        *notes,
-    ]
-    if by_budget is not None:
-        said.append("conservative / hopeful: where the Δ score's interval's low / high end crosses the budget")
-    md += "\n" + "\n".join(f"- {n}" for n in said) + "\n"
-    return md, table

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import textwrap
 from pathlib import Path
 
 import pandas as pd
@@ -293,7 +294,7 @@ def render_table(
     if df["ours"].isna().all():  # no stored run matched any cell: never replace a file with an empty table
         log.warning("no stored run matches %s: table printed, nothing written", spec["name"])
         return printed, None
-    matched_md, matched_df = matched.render(spec, df) if spec.get("matched") else ("", None)
+    matched_md, matched_df = matched_markdown(spec, df) if spec.get("matched") else ("", None)
     if matched_md:
         printed += "\n" + matched_md
     try:
@@ -341,3 +342,43 @@ def markdown(spec: dict, table: pd.DataFrame, notes: list[str], overrides, wrap:
     if notes:
         md += "\n" + "\n".join(said(f"- {n}", "  ") for n in notes) + "\n"
     return md
+
+
+def matched_markdown(spec: dict, df: pd.DataFrame) -> tuple[str, pd.DataFrame]:
+    """A spec's matched-acceptance reading (`matched.matched_table`) as Markdown, its cells printed as every
+    table prints them, and its long table."""
+    table, by_budget, notes = matched.matched_table(spec, df)
+    if not len(table):
+        return "", table
+    shown = pd.DataFrame(
+        {
+            "data": table["data"],
+            "rule": table["rule"],
+            "at AL": table["AL"].map(lambda x: f"{x:g}"),
+            **{label(m): [cell_text(v, m, ci=c) for v, c in zip(table[m], table[f"{m}_ci"])] for m in matched.READ},
+        }
+    )
+    if shown["data"].nunique() == 1:
+        shown = shown.drop(columns="data")
+    md = f"### Matched acceptance: every rule read at the same AL\n\n{shown.to_markdown(index=False)}\n"
+    if by_budget is not None:
+        b = spec["matched"]["score_budget"]
+        readable = by_budget.assign(**{k: by_budget[k].map(lambda x: "–" if pd.isna(x) else f"{x:.2f}")
+                                       for k in ("AL", "conservative", "hopeful")})  # fmt: skip
+        if readable["data"].nunique() == 1:
+            readable = readable.drop(columns="data")
+        md += (
+            f"\n### The AL each rule reaches within a Δ score of −{b:g} points\n\n"
+            f"{readable.rename(columns={'AL': f'AL at Δ ≥ −{b:g}'}).to_markdown(index=False)}\n"
+        )
+    said = [
+        "each rule is a curve through its grid, starting at SpS (every relaxed rule is SpS at its knob's end); "
+        "read linearly in AL between the two grid points around each AL; intervals: the points' paired 95 % "
+        "intervals read the same way (never narrower than the interpolated difference's own)",
+        *notes,
+    ]
+    if by_budget is not None:
+        said.append("conservative / hopeful: where the Δ score's interval's low / high end crosses the budget")
+    wrap = textwrap.TextWrapper(TERMINAL_WIDTH, subsequent_indent="  ", break_on_hyphens=False)
+    md += "\n" + "\n".join(wrap.fill(f"- {n}") for n in said) + "\n"
+    return md, table
