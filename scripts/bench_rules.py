@@ -39,7 +39,7 @@ def main():
         rows.append({"rule": "softmax (floor)", "m": m, "ms": floor * 1e3, "x_softmax": 1.0})
         for name, params in ((n, v) for n in RULES.names() for v in RULES.get(n).timed_variants):
             rule = build_rule(name, **params)
-            label = name + (f"[{params['variant']}]" if "variant" in params else "")
+            label = name + (f"[{','.join(map(str, params.values()))}]" if params else "")
             call = partial(rule.verify, p, q, d, g, check=False, return_kl=True, draft_raw=p, target_raw=q)
             t = median_time(call, device, args.repeat)
             rows.append({"rule": label, "m": m, "ms": t * 1e3, "x_softmax": t / floor})

@@ -8,7 +8,7 @@ D is the Jensen-Shannon divergence in nats (Holsman et al.'s choice; bounded by 
 
 import torch
 
-from cactus_bench.core.rules.base import TargetRule, check_range, gather_last, general_accept
+from cactus_bench.core.rules.base import TargetRule, check_range, gather_last, general_accept, xlogx
 from cactus_bench.core.rules.registry import register
 
 DIVERGENCES = ("jsd", "tv")
@@ -16,9 +16,7 @@ DIVERGENCES = ("jsd", "tv")
 
 def jensen_shannon(p, q):
     """JSD(p, q) in nats over the last axis [..., 1], clamped at 0 (round-off must not pass T = 0)."""
-    m = 0.5 * (p + q)
-    xlogx = torch.special.xlogy
-    jsd = 0.5 * (xlogx(p, p) + xlogx(q, q)).sum(-1, keepdim=True) - xlogx(m, m).sum(-1, keepdim=True)
+    jsd = (0.5 * (xlogx(p) + xlogx(q)) - xlogx(0.5 * (p + q))).sum(-1, keepdim=True)
     return jsd.clamp(min=0)
 
 
@@ -39,8 +37,14 @@ class Fuzzy(TargetRule):
         d = jensen_shannon(p, q) if self.divergence == "jsd" else 0.5 * (p - q).abs().sum(-1, keepdim=True)
         return d < self.threshold
 
-    def target(self, p, q, n, **raw):
-        return torch.where(self.close(p, q), p, q)
+    def prepare(self, p, q, n, **raw):
+        """The divergence test once per `verify`, shared by the test, the recovery and the target KL."""
+        return {"close": self.close(p, q).squeeze(-1)}
 
-    def accept_prob(self, p, q, n, **raw):  # h_n / p_n is 1 where h = p: no need to build h
-        return torch.where(self.close(p, q).squeeze(-1), 1.0, general_accept(gather_last(q, n), gather_last(p, n)))
+    def target(self, p, q, n, close=None, **raw):
+        close = self.close(p, q) if close is None else close.unsqueeze(-1)
+        return torch.where(close, p, q)
+
+    def accept_prob(self, p, q, n, close=None, **raw):  # h_n / p_n is 1 where h = p: no need to build h
+        close = self.close(p, q).squeeze(-1) if close is None else close
+        return torch.where(close, 1.0, general_accept(gather_last(q, n), gather_last(p, n)))

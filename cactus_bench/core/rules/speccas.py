@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from cactus_bench.core.rules.base import TargetRule, check_range
+from cactus_bench.core.rules.base import TargetRule, check_range, xlogx
 from cactus_bench.core.rules.registry import register
 
 # each variant's α range: where α reaches 1, token_v3 and chow already trust the drafter everywhere
@@ -27,7 +27,7 @@ CONFIDENCES = ("raw", "warped")
 
 
 def entropy(x):
-    return -torch.special.xlogy(x, x).sum(-1, keepdim=True)
+    return -xlogx(x).sum(-1, keepdim=True)
 
 
 @register("speccas")
