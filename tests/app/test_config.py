@@ -150,7 +150,7 @@ def test_offline_everything_missing_is_named_at_once_before_anything_loads(tmp_p
     [
         ("detla=0.5", "detla is not a setting of a run. Did you mean delta?"),
         ("results_dir=/x", "results_dir was renamed: use paths.runs (the runs folder;"),  # before: "not a setting"
-        ("method=cactuss", "method=cactuss is not valid (did you mean cactus?): choose one of ar, cactus"),
+        ("method=cactuss", "method=cactuss is not valid (did you mean cactus?): choose one of approximate, ar, cactus"),
         ("m=ten", "m='ten' is not valid: an integer is needed"),
         ("limit=1.5", "limit='1.5' is not valid: an integer is needed"),
     ],

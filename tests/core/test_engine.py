@@ -193,6 +193,7 @@ def test_the_forward_timer_counts_decode_forwards_only(pair):
     assert engine._warm and timer.calls == rounds * (m + 1), (timer.calls, rounds)
 
 
+@pytest.mark.slow  # traces a deep and a shallow pair: ~30 s
 def test_traced_ops_per_round_do_not_grow_with_depth():
     """Eager dispatches every layer's ops; the compiled engine launches one graph per forward and a fixed
     set of ops per round (uniforms, the rule's decision, the verdict), whatever the depth."""
@@ -462,6 +463,7 @@ def varied_decodes(drafter, verifier) -> list:
     return runs
 
 
+@pytest.mark.slow  # every varied decode traced with its guards: ~70 s
 def test_a_compiled_steps_signature_holds_everything_its_guards_check(monkeypatch):
     """Each call signature compiles one graph and, with dynamo's guards checked on every call, never a
     second across varied runs: the signature is complete, so skipping the guards (`SKIP_GUARDS`) runs the

@@ -8,6 +8,8 @@ import torch
 
 from cactus_bench.core.decode import Engine, EngineOptions, Job, autoregressive_generate, graphs, speculative_generate
 from cactus_bench.core.decode import cache as cache_mod
+from cactus_bench.core.decode.reference import reference_decode
+from cactus_bench.core.decode.warp import Warper
 from cactus_bench.core.rules import RULES, build_rule
 
 from ..helpers.models import tiny_pair
@@ -68,21 +70,34 @@ def round_pair():
 
 
 @pytest.mark.parametrize("name", sorted(RULES))
-def test_a_compiled_round_decodes_the_eager_tokens_when_outputs_are_overwritten(round_pair, name):
-    """Issue 51: the fast engine's round is two compiled calls (the whole draft; the verify with the rule's
-    decision and statistics), each handing its outputs to the next. Sampled at T = 1 with top-k (the output KL
-    measured), every rule's traced round under overwritten outputs decodes the eager engine's tokens, bit for
-    bit."""
-    pair = round_pair
+def test_both_engines_decode_the_reference_rounds_tokens(round_pair, name):
+    """Issues 51 and 67: the reference round (`decode.reference`: the paper's round in plain code, full
+    re-forwards, the same 2m + 1 uniforms a round) is the oracle; the eager engine and the fast engine's two
+    compiled calls a round (under overwritten outputs, as CUDA graphs hand them on) decode its tokens, bit for
+    bit, for every rule: sampled at T = 1 with top-k (the output KL measured) and greedy, with a budget that
+    ends mid-round and an EOS the reply reaches."""
+    drafter, verifier = round_pair
+    rule, prompt = build_rule(name), PROMPT
 
-    def tokens(compile):
+    def engine_tokens(compile, budget, eos, sampling):
         g = torch.Generator().manual_seed(3)
-        options = dict(max_new_tokens=30, temperature=1.0, top_k=8, generator=g, compile=compile)
-        return speculative_generate(*pair, PROMPT, rule=build_rule(name), m=4, **options).tokens
+        options = dict(max_new_tokens=budget, generator=g, compile=compile, eos_token_id=sorted(eos), **sampling)
+        return speculative_generate(drafter, verifier, prompt, rule=rule, m=4, **options).tokens
 
-    want = tokens(None)
-    with graphs.overwritten_outputs():
-        assert tokens("eager") == want
+    def reference(budget, eos, sampling):
+        g = torch.Generator().manual_seed(3)
+        return reference_decode(drafter, verifier, prompt, rule, 4, Warper(**sampling), budget, g, eos)
+
+    for sampling in ({"temperature": 1.0, "top_k": 8}, {"temperature": 0.0}):
+        free = reference(30, set(), sampling)
+        absent = min(set(range(verifier.config.vocab_size)) - set(free))
+        # one reply stops at an EOS it reaches, one at its budget (one EOS id each: one graph to trace)
+        for budget, eos, length in ((30, {free[7]}, free.index(free[7]) + 1), (11, {absent}, 11)):
+            want = reference(budget, eos, sampling)
+            assert len(want) == length, (sampling, budget, eos)
+            assert engine_tokens(None, budget, eos, sampling) == want, (sampling, budget, eos)
+            with graphs.overwritten_outputs():
+                assert engine_tokens("eager", budget, eos, sampling) == want, (sampling, budget, eos)
 
 
 def test_sps_is_lossless_when_outputs_are_overwritten(small_pair, ar_law, overwritten):  # noqa: F811

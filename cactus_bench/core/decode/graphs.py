@@ -37,10 +37,9 @@ def uses_cuda_graphs(model, backend: str | None) -> bool:
     return backend == "inductor" and device_type(model) == "cuda"
 
 
-# Inductor on a CPU calls its kernels from a C++ wrapper instead of a Python one: the fast engine's decode ran
-# 1.25x (1.09-1.35) faster on the `launch` pair (SpS) and 1.39x (1.34-1.58) on the tiny pair (Cactus), the same
-# tokens, for ~35 % more compile time the first time a shape is seen (177 -> 239 s cold on `launch`; inductor's
-# cache keeps it after). On CUDA the graph trees replay without any wrapper, so it stays off.
+# Inductor on a CPU calls its kernels from a C++ wrapper instead of a Python one: a decode round's Python
+# overhead is what limits a small model there, at the cost of a longer first compile (docs/benchmarks.md has
+# the measurement). On CUDA the graph trees replay without any wrapper, so it stays off.
 CPU_CPP_WRAPPER = True
 
 
