@@ -30,28 +30,26 @@ def reference_decode(
         # draft: one token at a time from the drafter's warped p, while it counts (the budget less the round's
         # own sample; through the first EOS)
         drafts: list[int] = []
+        draft_logits: list[torch.Tensor] = []
         for j in range(max(min(m, max_new_tokens - len(out) - 1), 0)):
-            p = warp(logits_after(drafter, [*context, *drafts])[-1:])
-            drafts.append(int(sample_column(p, u[j : j + 1].view(1, 1))))
+            draft_logits.append(logits_after(drafter, [*context, *drafts])[-1])
+            drafts.append(int(sample_column(warp(draft_logits[-1]), u[j : j + 1])))
             if drafts[-1] in eos:
                 break
-        k = len(drafts)
         # verify: one verifier forward over the context and the drafts gives q_1 .. q_{k+1}
+        k = len(drafts)
         q_logits = logits_after(verifier, [*context, *drafts])[len(context) - 1 :]
-        q = warp(q_logits).unsqueeze(0)  # [1, k+1, V]
-        p_logits = torch.cat([logits_after(drafter, [*context, *drafts[:j]])[-1:] for j in range(k)], 0) if k else None
-        p = warp(p_logits).unsqueeze(0) if k else q[:, :0]  # [1, k, V]
-        n = torch.tensor([drafts], dtype=torch.long)
-        raw = {}
-        if rule.needs_raw and k:
-            raw = {
-                "p_raw": torch.softmax(p_logits.float(), -1)[None],
-                "q_raw": torch.softmax(q_logits.float(), -1)[None, :k],
-            }
-        extra = {**raw, **(rule.prepare(p, q[:, :k], n, **raw) if k else {})}
+        q = warp(q_logits).unsqueeze(0)  # [1, k + 1, V]
+        if not k:  # no draft counts (one token of budget left): the verifier's own sample
+            out += cut([int(sample_column(q[:, 0], u[2 * m :].view(1, 1)))], eos, max_new_tokens - len(out))
+            continue
+        p_logits = torch.stack(draft_logits)
+        p, n = warp(p_logits).unsqueeze(0), torch.tensor([drafts])  # [1, k, V], [1, k]
+        raw = {"p_raw": p_logits.softmax(-1)[None], "q_raw": q_logits[:k].softmax(-1)[None]} if rule.needs_raw else {}
+        extra = {**raw, **rule.prepare(p, q[:, :k], n, **raw)}
         # accept: the drafts in order, each on its own uniform, up to the first rejection
-        tests = rule.tests(u[m : m + k].to(p.dtype).view(1, k), p, q[:, :k], n, **extra)[0] if k else []
-        accepted = next((j for j, passed in enumerate(tests) if not passed), k)
+        tests = rule.tests(u[m : m + k].to(p.dtype).view(1, k), p, q[:, :k], n, **extra)[0].tolist()
+        accepted = tests.index(False) if False in tests else k
         # the one sample: the rule's recovery at the first rejection, else the bonus from q after the drafts
         if accepted < k:
             at = {key: value[:, accepted] for key, value in extra.items()}
