@@ -241,7 +241,9 @@ class Rule(ABC):
             passed = torch.zeros((B, 0), dtype=torch.bool, device=device)
             last = sample_column(target_probs[:, 0], u_last, generator)
         else:
-            dtype = torch.promote_types(draft_probs.dtype, target_probs.dtype)
+            dtype = draft_probs.dtype  # the tests' dtype (torch.promote_types would be one more dispatched op)
+            if target_probs.dtype != dtype:
+                dtype = torch.promote_types(dtype, target_probs.dtype)
             if u_tests is None:
                 u = torch.rand((B, m), generator=generator, device=device, dtype=dtype)
             else:
