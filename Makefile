@@ -42,7 +42,7 @@ install: $(PY)  ## Create .venv and install (CPU torch first, pinned, so pip nev
 
 # Tests run on every core, one torch thread each (torch's default threads collapse when processes share cores).
 WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
-test:  ## Run the default test suite (offline, about 5 minutes on 2 cores)
+test:  ## Run the default test suite (offline, about 7 minutes on 2 cores)
 	$(OFFLINE_ENV) OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(WORKERS) -m "not slow and not real and not cluster and not vllm"
 
 # Tests that share a module's store are one xdist group (one worker); the rest are spread test by test.
